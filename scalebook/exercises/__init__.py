@@ -1,0 +1,273 @@
+"""Self-checking exercises.
+
+In a notebook::
+
+    from scalebook.exercises import check
+    answer = ...                 # replace ... with your answer
+    check("1.3", answer)         # prints: correct / not yet, with a hint / not attempted yet
+
+``check`` never raises on a student's answer: a wrong type, a NaN, or student code that
+crashes is reported as a message. Programs (tests, an instructor's grading script) use
+:func:`evaluate`, which returns a :class:`Result` instead of printing.
+
+Each chapter registers its exercises in ``scalebook/exercises/chNN.py``. A numeric
+exercise compares with a relative tolerance suited to an estimate and explains common
+mistakes (a factor of 2, a unit prefix). A code exercise runs the student's function on
+several inputs against a reference, so a special case cannot pass by luck.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import UnknownNameError
+
+__all__ = ["check", "evaluate", "Result", "Exercise", "register", "get_exercise", "exercise_ids",
+           "NumericExercise", "CodeExercise", "ChoiceExercise"]
+
+CORRECT, WRONG, UNANSWERED = "correct", "wrong", "not attempted"
+
+
+@dataclass(frozen=True)
+class Result:
+    exercise_id: str
+    status: str          # "correct", "wrong" or "not attempted"
+    message: str
+
+    @property
+    def correct(self) -> bool:
+        return self.status == CORRECT
+
+    def __str__(self) -> str:
+        mark = {CORRECT: "✔", WRONG: "✘", UNANSWERED: "…"}[self.status]
+        return f"{mark} Exercise {self.exercise_id}: {self.message}"
+
+
+@dataclass
+class Exercise:
+    id: str
+    title: str
+
+    def evaluate(self, answer) -> Result:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _result(self, status: str, message: str) -> Result:
+        return Result(self.id, status, message)
+
+
+def _as_number(x):
+    """A float from an int/float/NumPy/JAX scalar, or None if ``x`` is not a real number."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, numbers.Real):
+        return float(x)
+    shape = getattr(x, "shape", None)
+    if shape == () and hasattr(x, "item"):
+        try:
+            v = x.item()
+        except Exception:
+            return None
+        return _as_number(v) if not isinstance(v, bool) else None
+    return None
+
+
+def _ratio_hint(ratio: float) -> str | None:
+    """A generic hint from answer / expected."""
+    for factor, name in [(2, "2"), (4, "4"), (8, "8")]:
+        if math.isclose(ratio, factor, rel_tol=0.03):
+            return f"about {name}x too large."
+        if math.isclose(ratio, 1 / factor, rel_tol=0.03):
+            return f"about {name}x too small."
+    for k in range(1, 6):
+        big = 10.0 ** (3 * k)
+        if math.isclose(ratio, big, rel_tol=0.1):
+            return f"{big:.0e}x too large: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
+        if math.isclose(ratio, 1 / big, rel_tol=0.1):
+            return f"{big:.0e}x too small: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
+    for k in (1, 2, 3):
+        if math.isclose(ratio, 1.024 ** k, rel_tol=0.004) or math.isclose(ratio, 1.024 ** -k, rel_tol=0.004):
+            return "off by a binary/decimal prefix: GiB is 2**30 bytes, GB is 1e9 bytes."
+    return None
+
+
+@dataclass
+class NumericExercise(Exercise):
+    """An answer that is one number, compared with a relative tolerance.
+
+    ``reference`` computes the answer from scalebook (never a typed-in number).
+    ``hints`` is a list of (predicate on the answer, message) for specific mistakes, e.g.
+    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``.
+    """
+
+    unit: str = ""
+    reference: Callable[[], float] = None
+    rtol: float = 0.05
+    integer: bool = False
+    hints: list = field(default_factory=list)
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis:
+            return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
+        value = _as_number(answer)
+        if value is None:
+            return self._result(WRONG, f"expected a number{self._unit_words()}, got "
+                                       f"{type(answer).__name__} {answer!r:.60}.")
+        if not math.isfinite(value):
+            return self._result(WRONG, f"expected a finite number, got {value}.")
+        expected = float(self.reference())
+        if self.integer:
+            if value != round(value):
+                return self._result(WRONG, f"expected a whole number{self._unit_words()}, got {value}.")
+            ok = round(value) == round(expected)
+        else:
+            ok = math.isclose(value, expected, rel_tol=self.rtol, abs_tol=0.0)
+        if ok:
+            return self._result(CORRECT, "correct.")
+        for predicate, message in self.hints:
+            try:
+                if predicate(value):
+                    return self._result(WRONG, "not yet: " + message)
+            except Exception:
+                pass
+        if expected != 0 and value != 0 and (value > 0) == (expected > 0):
+            hint = _ratio_hint(value / expected)
+            if hint:
+                return self._result(WRONG, "not yet: " + hint)
+            direction = "large" if value > expected else "small"
+            if self.integer:
+                return self._result(WRONG, f"not yet: too {direction}.")
+            return self._result(WRONG, f"not yet: too {direction} (off by more than {self.rtol:.0%}).")
+        return self._result(WRONG, "not yet: the sign or the size is far off.")
+
+    def _unit_words(self) -> str:
+        return f" (in {self.unit})" if self.unit else ""
+
+
+@dataclass
+class ChoiceExercise(Exercise):
+    """An answer that is one of a few words, e.g. "compute" or "memory"."""
+
+    choices: tuple = ()
+    reference: Callable[[], str] = None
+    hints: dict = field(default_factory=dict)   # wrong choice -> hint
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis:
+            return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
+        if not isinstance(answer, str) or answer.strip().lower() not in self.choices:
+            return self._result(WRONG, f"answer with one of {', '.join(map(repr, self.choices))}; got {answer!r:.60}.")
+        a = answer.strip().lower()
+        if a == self.reference():
+            return self._result(CORRECT, "correct.")
+        return self._result(WRONG, "not yet: " + self.hints.get(a, "think again about which time is largest."))
+
+
+@dataclass
+class CodeExercise(Exercise):
+    """An answer that is a function, run on several inputs and compared with a reference.
+
+    ``cases`` is a list of argument tuples; ``reference`` is the correct function. Results
+    are compared with ``compare(got, want) -> bool`` (default: relative tolerance ``rtol``
+    on numbers and on each element of tuples). ``hints`` are (predicate(got, want, args),
+    message) pairs. A function whose body is still ``...`` (so it returns None) counts as
+    not attempted.
+    """
+
+    reference: Callable = None
+    cases: list = field(default_factory=list)
+    rtol: float = 1e-6
+    compare: Callable | None = None
+    hints: list = field(default_factory=list)
+    describe: Callable | None = None     # args -> str, for messages
+
+    def _equal(self, got, want) -> bool:
+        if self.compare is not None:
+            return bool(self.compare(got, want))
+        if isinstance(want, tuple):
+            return (isinstance(got, (tuple, list)) and len(got) == len(want)
+                    and all(self._equal(g, w) for g, w in zip(got, want)))
+        g = _as_number(got)
+        if g is None:
+            return False
+        return math.isclose(g, float(want), rel_tol=self.rtol, abs_tol=1e-300)
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis or answer is None:
+            return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
+        if not callable(answer):
+            return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
+        for i, args in enumerate(self.cases):
+            label = self.describe(*args) if self.describe else repr(args)
+            try:
+                got = answer(*args)
+            except Exception as e:  # the student's code: report, never raise
+                return self._result(WRONG, f"your function raised {type(e).__name__}: {e} (inputs: {label}).")
+            if got is None and i == 0:
+                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            want = self.reference(*args)
+            if not self._equal(got, want):
+                for predicate, message in self.hints:
+                    try:
+                        if predicate(got, want, args):
+                            return self._result(WRONG, f"not yet for inputs {label}: {message}")
+                    except Exception:
+                        pass
+                return self._result(WRONG, f"not yet: wrong result for inputs {label} (got {got!r:.80}).")
+        return self._result(CORRECT, f"correct on all {len(self.cases)} test inputs.")
+
+
+_REGISTRY: dict[str, Exercise] = {}
+_loaded = False
+
+
+def register(exercise: Exercise) -> Exercise:
+    if exercise.id in _REGISTRY:
+        raise ValueError(f"exercise {exercise.id} registered twice")
+    _REGISTRY[exercise.id] = exercise
+    return exercise
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if mod.name.startswith("ch"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _loaded = True
+
+
+def exercise_ids() -> list[str]:
+    """All registered exercise ids, in chapter then number order."""
+    _load_all()
+    return sorted(_REGISTRY, key=lambda k: tuple(int(p) for p in k.split(".")))
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    _load_all()
+    key = str(exercise_id).strip()
+    if key not in _REGISTRY:
+        raise UnknownNameError(f"unknown exercise {exercise_id!r}; known: {', '.join(exercise_ids())}")
+    return _REGISTRY[key]
+
+
+def evaluate(exercise_id: str, answer: Any) -> Result:
+    """Check ``answer`` and return a Result (never raises on the answer itself)."""
+    try:
+        ex = get_exercise(exercise_id)
+    except UnknownNameError as e:
+        return Result(str(exercise_id), WRONG, str(e))
+    try:
+        return ex.evaluate(answer)
+    except Exception as e:  # a bug in a check must not crash a student's notebook
+        return Result(ex.id, WRONG, f"could not check this answer ({type(e).__name__}: {e}).")
+
+
+def check(exercise_id: str, answer: Any) -> None:
+    """Print whether ``answer`` to exercise ``exercise_id`` is correct, with a hint if not."""
+    print(evaluate(exercise_id, answer))

@@ -1,0 +1,251 @@
+"""Accelerator specifications: one table, one source per figure.
+
+Every hardware number the book prints comes from this module. Units:
+
+* ``bf16_flops``, ``int8_flops``, ``fp8_flops``: dense peak, FLOP/s (or OP/s for int8)
+  per chip. NVIDIA quotes its headline tensor numbers "with sparsity"; the figures here
+  are the dense ones (half of those).
+* ``hbm_bytes``: HBM capacity per chip in bytes. Given in GiB (2**30) only where the
+  vendor states GiB.
+* ``hbm_bandwidth``: bytes/s per chip.
+* ``ici_link_bandwidth``: bytes/s *in one direction* over one chip-to-chip link
+  (ICI on TPUs, NVLink on GPUs); ``ici_links``: links per chip.
+* ``dcn_bandwidth``: data-centre network bytes/s per chip, one direction.
+* ``pcie_bandwidth``: host <-> chip bytes/s, one direction.
+* ``price_per_hour``: on-demand US dollars per chip-hour where a published price was
+  found; ``None`` otherwise.
+
+Use :func:`get_chip` with a canonical name ("tpu-v5e", "gpu-h100", ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .errors import UnknownNameError
+from .units import GiB
+
+__all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table"]
+
+# Short keys for the sources cited below; the full references are in book/references.md.
+SOURCES = {
+    "cloud-v4": "Google Cloud TPU docs, TPU v4, https://cloud.google.com/tpu/docs/v4",
+    "cloud-v5e": "Google Cloud TPU docs, TPU v5e, https://cloud.google.com/tpu/docs/v5e",
+    "cloud-v5p": "Google Cloud TPU docs, TPU v5p, https://cloud.google.com/tpu/docs/v5p",
+    "cloud-v6e": "Google Cloud TPU docs, TPU v6e, https://cloud.google.com/tpu/docs/v6e",
+    "scaling-book": "Austin et al., How to Scale Your Model, chapter on TPUs, "
+                    "https://jax-ml.github.io/scaling-book/tpus/",
+    "scaling-book-gpus": "Austin et al., How to Scale Your Model, chapter on GPUs, "
+                         "https://jax-ml.github.io/scaling-book/gpus/",
+    "scaling-book-pricing": "Austin et al., How to Scale Your Model, applied inference chapter "
+                            "(Google Cloud on-demand prices, Feb 2025), "
+                            "https://jax-ml.github.io/scaling-book/applied-inference/",
+    "nv-a100": "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/",
+    "nv-dgx-a100": "NVIDIA DGX A100, https://www.nvidia.com/en-us/data-center/dgx-a100/",
+    "nv-h100": "NVIDIA H100, https://www.nvidia.com/en-us/data-center/h100/",
+    "nv-dgx-h100": "NVIDIA DGX H100, https://www.nvidia.com/en-us/data-center/dgx-h100/",
+    "nv-h200": "NVIDIA H200, https://www.nvidia.com/en-us/data-center/h200/ and the MLCommons "
+               "Inference v4.1 system description H200-SXM-141GBx8",
+    "nv-hgx": "NVIDIA HGX B200, https://www.nvidia.com/en-us/data-center/hgx/",
+    "nv-dgx-b200": "NVIDIA DGX B200, https://www.nvidia.com/en-us/data-center/dgx-b200/",
+}
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator chip. All rates per chip, in bytes/s or FLOP/s."""
+
+    name: str
+    vendor: str
+    display_name: str
+    bf16_flops: float
+    hbm_bytes: float
+    hbm_bandwidth: float
+    ici_link_bandwidth: float
+    ici_links: int
+    topology: str
+    int8_flops: float | None = None
+    fp8_flops: float | None = None
+    dcn_bandwidth: float | None = None
+    pcie_bandwidth: float | None = None
+    price_per_hour: float | None = None
+    hbm_unit: str = "GB"
+    notes: str = ""
+    sources: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- derived quantities -------------------------------------------------------
+    @property
+    def critical_intensity(self) -> float:
+        """bf16 FLOPs per HBM byte at which compute time equals memory time."""
+        return self.bf16_flops / self.hbm_bandwidth
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Peak dense FLOP/s for ``dtype`` in {"bf16", "fp8", "int8"}; error if unpublished."""
+        key = {"bf16": "bf16_flops", "bfloat16": "bf16_flops", "fp8": "fp8_flops",
+               "int8": "int8_flops"}.get(str(dtype).lower())
+        if key is None:
+            raise ValueError(f"dtype must be one of 'bf16', 'fp8', 'int8'; got {dtype!r}")
+        value = getattr(self, key)
+        if value is None:
+            raise ValueError(f"{self.name} has no published {dtype} peak in scalebook.hardware")
+        return value
+
+    def critical_intensity_for(self, dtype: str = "bf16") -> float:
+        """FLOPs per HBM byte at which a ``dtype`` computation turns compute-bound."""
+        return self.peak_flops(dtype) / self.hbm_bandwidth
+
+    @property
+    def ici_bandwidth(self) -> float:
+        """Total one-way chip-to-chip bandwidth of the chip: links x per-link bandwidth."""
+        return self.ici_links * self.ici_link_bandwidth
+
+    def source(self, attribute: str) -> str:
+        """The citation for one figure, e.g. ``chip.source("hbm_bandwidth")``."""
+        if attribute not in self.sources:
+            raise KeyError(f"no source recorded for {self.name}.{attribute}")
+        return SOURCES[self.sources[attribute]]
+
+
+def _chip(**kw) -> Chip:
+    return Chip(**kw)
+
+
+_CHIPS: dict[str, Chip] = {}
+
+
+def _add(chip: Chip) -> None:
+    _CHIPS[chip.name] = chip
+
+
+_add(_chip(
+    name="tpu-v4", vendor="Google", display_name="TPU v4",
+    bf16_flops=2.75e14, int8_flops=2.75e14,
+    hbm_bytes=32 * GiB, hbm_unit="GiB", hbm_bandwidth=1.2e12,
+    ici_link_bandwidth=4.5e10, ici_links=6, topology="3D torus",
+    dcn_bandwidth=None, pcie_bandwidth=1.5e10, price_per_hour=None,
+    sources=dict(bf16_flops="cloud-v4", int8_flops="cloud-v4", hbm_bytes="cloud-v4",
+                 hbm_bandwidth="cloud-v4", ici_link_bandwidth="scaling-book",
+                 ici_links="scaling-book", topology="cloud-v4", pcie_bandwidth="scaling-book"),
+))
+_add(_chip(
+    name="tpu-v5e", vendor="Google", display_name="TPU v5e",
+    bf16_flops=1.97e14, int8_flops=3.94e14,
+    hbm_bytes=16e9, hbm_bandwidth=8.19e11,
+    # 400 GB/s bidirectional per chip over 4 ports -> 50 GB/s per link per direction.
+    ici_link_bandwidth=5e10, ici_links=4, topology="2D torus",
+    # 6.4 Tbps of DCN per 256-chip pod -> 25 Gbps = 3.125e9 bytes/s per chip.
+    dcn_bandwidth=3.125e9, pcie_bandwidth=1.5e10, price_per_hour=1.20,
+    sources=dict(bf16_flops="cloud-v5e", int8_flops="cloud-v5e", hbm_bytes="cloud-v5e",
+                 hbm_bandwidth="cloud-v5e", ici_link_bandwidth="cloud-v5e",
+                 ici_links="cloud-v5e", topology="cloud-v5e", dcn_bandwidth="cloud-v5e",
+                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing"),
+))
+_add(_chip(
+    name="tpu-v5p", vendor="Google", display_name="TPU v5p",
+    bf16_flops=4.59e14, int8_flops=9.18e14,
+    hbm_bytes=95 * GiB, hbm_unit="GiB", hbm_bandwidth=2.765e12,
+    # 1,200 GB/s bidirectional per chip over 6 links (3D torus) -> 100 GB/s per link per direction.
+    ici_link_bandwidth=1e11, ici_links=6, topology="3D torus",
+    dcn_bandwidth=6.25e9, pcie_bandwidth=1.5e10, price_per_hour=4.20,
+    notes="95 GiB is the usable HBM; 96 GiB is physical.",
+    sources=dict(bf16_flops="cloud-v5p", int8_flops="scaling-book", hbm_bytes="cloud-v5p",
+                 hbm_bandwidth="cloud-v5p", ici_link_bandwidth="cloud-v5p",
+                 ici_links="scaling-book", topology="cloud-v5p", dcn_bandwidth="cloud-v5p",
+                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing"),
+))
+_add(_chip(
+    name="tpu-v6e", vendor="Google", display_name="TPU v6e (Trillium)",
+    bf16_flops=9.18e14, int8_flops=1.836e15,
+    hbm_bytes=32e9, hbm_bandwidth=1.638e12,
+    ici_link_bandwidth=1e11, ici_links=4, topology="2D torus",
+    dcn_bandwidth=None, pcie_bandwidth=3.2e10, price_per_hour=None,
+    sources=dict(bf16_flops="cloud-v6e", int8_flops="cloud-v6e", hbm_bytes="cloud-v6e",
+                 hbm_bandwidth="cloud-v6e", ici_link_bandwidth="cloud-v6e",
+                 ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book"),
+))
+_add(_chip(
+    name="gpu-a100", vendor="NVIDIA", display_name="A100 SXM 80GB",
+    bf16_flops=3.12e14, int8_flops=6.24e14,
+    hbm_bytes=80e9, hbm_bandwidth=2.039e12,
+    # NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per direction per GPU.
+    ici_link_bandwidth=2.5e10, ici_links=12, topology="NVSwitch, 8 GPUs per node",
+    dcn_bandwidth=2.5e10, pcie_bandwidth=3.2e10, price_per_hour=None,
+    sources=dict(bf16_flops="nv-a100", int8_flops="nv-a100", hbm_bytes="nv-a100",
+                 hbm_bandwidth="nv-a100", ici_link_bandwidth="nv-a100", ici_links="nv-a100",
+                 topology="nv-dgx-a100", dcn_bandwidth="nv-dgx-a100", pcie_bandwidth="nv-a100"),
+))
+_add(_chip(
+    name="gpu-h100", vendor="NVIDIA", display_name="H100 SXM",
+    bf16_flops=9.89e14, fp8_flops=1.979e15,
+    hbm_bytes=80e9, hbm_bandwidth=3.35e12,
+    # NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per direction (900 GB/s "bidirectional").
+    ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
+    dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=10.8,
+    sources=dict(bf16_flops="nv-h100", fp8_flops="nv-h100", hbm_bytes="nv-h100",
+                 hbm_bandwidth="nv-h100", ici_link_bandwidth="nv-h100", ici_links="nv-h100",
+                 topology="nv-dgx-h100", dcn_bandwidth="nv-dgx-h100", pcie_bandwidth="nv-h100",
+                 price_per_hour="scaling-book-pricing"),
+))
+_add(_chip(
+    name="gpu-h200", vendor="NVIDIA", display_name="H200 SXM",
+    bf16_flops=9.89e14, fp8_flops=1.979e15,
+    hbm_bytes=141e9, hbm_bandwidth=4.8e12,
+    ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
+    dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
+    sources=dict(bf16_flops="nv-h200", fp8_flops="nv-h200", hbm_bytes="nv-h200",
+                 hbm_bandwidth="nv-h200", ici_link_bandwidth="nv-h200", ici_links="nv-h200",
+                 topology="nv-h200", dcn_bandwidth="nv-h200", pcie_bandwidth="nv-h200"),
+))
+_add(_chip(
+    name="gpu-b200", vendor="NVIDIA", display_name="B200 (HGX/DGX)",
+    bf16_flops=2.25e15, fp8_flops=4.5e15,
+    hbm_bytes=180e9, hbm_bandwidth=8e12,
+    # NVLink 5: 18 links x 50 GB/s per direction = 900 GB/s per direction (1.8 TB/s total).
+    ici_link_bandwidth=5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
+    dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
+    notes="180 GB per GPU in DGX B200 datasheets; 192 GB in early announcements.",
+    sources=dict(bf16_flops="nv-hgx", fp8_flops="nv-dgx-b200", hbm_bytes="nv-dgx-b200",
+                 hbm_bandwidth="nv-dgx-b200", ici_link_bandwidth="nv-hgx", ici_links="nv-hgx",
+                 topology="nv-dgx-b200", dcn_bandwidth="nv-dgx-b200", pcie_bandwidth="nv-hgx"),
+))
+
+
+def chip_names() -> list[str]:
+    """The canonical chip names, TPUs first."""
+    return list(_CHIPS)
+
+
+def all_chips() -> list[Chip]:
+    return list(_CHIPS.values())
+
+
+def get_chip(name) -> Chip:
+    """Look up a chip by canonical name ("tpu-v5e", "gpu-h100", ...).
+
+    Case and the separators ``-``/``_``/space are forgiven ("TPU v5e" works). A ``Chip``
+    passes through unchanged. An unknown name raises ``KeyError`` listing the known names.
+    """
+    if isinstance(name, Chip):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"chip must be a name such as 'tpu-v5e' or a Chip; got {type(name).__name__}")
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if key in _CHIPS:
+        return _CHIPS[key]
+    for prefix in ("tpu-", "gpu-"):
+        if prefix + key in _CHIPS:
+            return _CHIPS[prefix + key]
+    raise UnknownNameError(f"unknown chip {name!r}; known chips: {', '.join(_CHIPS)}")
+
+
+def spec_table(chips=None, columns=None) -> list[dict]:
+    """Rows (one dict per chip) of the main figures, for printing a table."""
+    chips = [get_chip(c) for c in (chips or chip_names())]
+    columns = columns or ["bf16_flops", "int8_flops", "fp8_flops", "hbm_bytes", "hbm_bandwidth",
+                          "ici_link_bandwidth", "ici_links", "dcn_bandwidth", "price_per_hour"]
+    valid = {f.name for f in dataclasses.fields(Chip)} | {"critical_intensity", "ici_bandwidth"}
+    for c in columns:
+        if c not in valid:
+            raise ValueError(f"unknown column {c!r}; choose from {sorted(valid)}")
+    return [{"chip": chip.name, **{c: getattr(chip, c) for c in columns}} for chip in chips]

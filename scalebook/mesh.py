@@ -1,0 +1,137 @@
+"""Device set-up shared by every notebook: 8 simulated CPU devices, or real accelerators.
+
+Call :func:`setup` in the first cell, before anything else touches JAX::
+
+    import scalebook
+    scalebook.setup()          # 8 devices; prints what the notebook runs on
+
+JAX fixes its device count when its first computation runs. ``setup`` asks for
+``n_devices`` CPU devices before that happens. If the notebook's kernel already ran JAX
+with a different count, nothing can change it any more, and ``setup`` raises
+:class:`~scalebook.errors.DeviceCountError` saying how to restart, instead of letting
+the chapter run silently on one device.
+
+When a machine has exactly ``n_devices`` accelerators (a TPU v5e-8 in Colab, an 8-GPU
+node), those are used. With some other number of accelerators (one Colab GPU), the
+chapter still needs its 8-device mesh, so it uses the simulated CPU devices and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from .errors import DeviceCountError
+
+__all__ = ["setup", "devices", "make_mesh", "require_devices", "Setup", "TESTED_JAX_VERSION"]
+
+# The JAX version the book's stored outputs come from (also pinned in requirements.lock).
+TESTED_JAX_VERSION = "0.12.0.1"
+
+_chosen: list | None = None
+
+
+@dataclass(frozen=True)
+class Setup:
+    platform: str
+    n_devices: int
+    simulated: bool
+    jax_version: str
+
+    def __str__(self) -> str:
+        kind = "simulated CPU devices" if self.simulated else f"{self.platform.upper()} devices"
+        return f"JAX {self.jax_version} with {self.n_devices} {kind}"
+
+
+def _in_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def _restart_advice() -> str:
+    if _in_colab():
+        return "In Colab: Runtime > Restart session, then run the set-up cell first."
+    return "Restart the kernel (Kernel > Restart), then run the set-up cell first."
+
+
+def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
+    """Give JAX ``n_devices`` devices and report what the notebook runs on.
+
+    Safe to run twice. Raises DeviceCountError if JAX already started with a device
+    count that cannot serve an ``n_devices`` mesh.
+    """
+    global _chosen
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+        raise ValueError(f"n_devices must be a positive integer; got {n_devices!r}")
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", n_devices)
+    except RuntimeError:
+        # JAX has already started. That is fine if it started with what we need.
+        pass
+
+    accel = [d for d in jax.devices() if d.platform != "cpu"]
+    if len(accel) == n_devices:
+        chosen, simulated = accel, False
+    else:
+        cpus = jax.devices("cpu")
+        if len(cpus) != n_devices:
+            raise DeviceCountError(
+                f"This notebook needs {n_devices} devices, but JAX already started with "
+                f"{len(cpus)} CPU device(s) (something ran JAX before the set-up cell). "
+                + _restart_advice())
+        chosen, simulated = cpus, True
+        if accel:
+            # e.g. one Colab GPU: arrays should live on the simulated mesh, not the GPU.
+            jax.config.update("jax_default_device", cpus[0])
+    _chosen = chosen
+    info = Setup(platform=chosen[0].platform, n_devices=len(chosen), simulated=simulated,
+                 jax_version=jax.__version__)
+    if not quiet:
+        print(info)
+        if accel and simulated:
+            print(f"(found {len(accel)} {accel[0].platform.upper()} device(s), not {n_devices}: "
+                  f"using simulated CPU devices so the mesh has {n_devices})")
+        if jax.__version__ != TESTED_JAX_VERSION:
+            print(f"Note: the book was tested with JAX {TESTED_JAX_VERSION}; outputs may differ.")
+    return info
+
+
+def devices() -> list:
+    """The devices chosen by :func:`setup` (raises if setup has not run)."""
+    if _chosen is None:
+        raise DeviceCountError("scalebook.setup() has not run yet: run the notebook's set-up cell first.")
+    return list(_chosen)
+
+
+def require_devices(n: int) -> None:
+    """Raise a clear DeviceCountError unless setup chose exactly ``n`` devices."""
+    have = len(devices())
+    if have != n:
+        raise DeviceCountError(f"this code needs {n} devices but the notebook has {have}. " + _restart_advice())
+
+
+def make_mesh(shape: tuple[int, ...], axis_names: tuple[str, ...], explicit: bool = False):
+    """A jax.sharding.Mesh over the set-up devices, e.g. ``make_mesh((2, 4), ("x", "y"))``.
+
+    Axes are ``Auto`` (the compiler propagates shardings) unless ``explicit=True``.
+    """
+    import math
+
+    import jax
+    import numpy as np
+    from jax.sharding import AxisType, Mesh
+
+    shape = tuple(shape)
+    axis_names = tuple(axis_names)
+    if len(shape) != len(axis_names):
+        raise ValueError(f"mesh shape {shape} and axis names {axis_names} differ in length")
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
+        raise ValueError(f"mesh shape must be positive integers; got {shape}")
+    devs = devices()
+    if math.prod(shape) != len(devs):
+        raise ValueError(f"a {'x'.join(map(str, shape))} mesh needs {math.prod(shape)} devices; "
+                         f"the notebook has {len(devs)}")
+    kind = AxisType.Explicit if explicit else AxisType.Auto
+    return Mesh(np.array(devs).reshape(shape), axis_names, axis_types=(kind,) * len(shape))
