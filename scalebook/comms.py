@@ -1,0 +1,673 @@
+"""Collectives: what a compiled program sends between devices, and how long that takes.
+
+Two halves:
+
+1. :func:`collectives` reads the HLO text of a compiled JAX program and returns one
+   :class:`Collective` record per collective operation, with the bytes each taking part
+   device sends under the ring algorithms of chapter 3.
+2. :func:`ring_bytes` and :func:`collective_time` are the cost formulas: bytes sent per
+   device, and seconds on a unidirectional ring or on a bidirectional torus axis.
+
+Byte model (per participating device, ring algorithms; ``n`` = devices in the group):
+
+============================ ===============================================
+all-gather                   (n - 1) / n x output bytes (the gathered array)
+reduce-scatter               (n - 1) / n x input bytes (the unreduced array)
+all-reduce                   2 (n - 1) / n x array bytes
+all-to-all                   (n - 1) / n x input bytes (the chunks that leave)
+collective-permute           input bytes, for a device that really sends
+============================ ===============================================
+
+Sizes are in bytes, bandwidths in bytes/s (one direction of one link), times in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .hardware import Chip, get_chip
+from .units import check_nonnegative, check_positive, check_positive_int
+
+__all__ = [
+    "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
+    "parse_replica_groups", "DTYPE_BYTES", "dtype_bytes", "KINDS",
+    "ring_bytes", "collective_time", "TOPOLOGIES",
+]
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+TOPOLOGIES = ("ring", "torus")
+
+# Bytes per element of each HLO element type (and the usual NumPy/JAX names).
+DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8,
+    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+    "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25,
+    "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1,
+    "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5, "token": 0,
+}
+_ALIASES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
+            "int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "int64": "s64",
+            "uint32": "u32", "uint64": "u64", "bool": "pred", "float8_e4m3fn": "f8e4m3fn",
+            "float8_e5m2": "f8e5m2", "int4": "s4", "uint4": "u4", "complex64": "c64"}
+
+
+def dtype_bytes(dtype) -> float:
+    """Bytes per element of a dtype given as an HLO name ("bf16") or a NumPy/JAX dtype."""
+    name = str(getattr(dtype, "name", dtype)).strip().lower()
+    name = _ALIASES.get(name, name)
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r} is not one this module knows; known: "
+                         f"{', '.join(sorted(DTYPE_BYTES))}")
+    return DTYPE_BYTES[name]
+
+
+# ------------------------------------------------------------------------------------------
+# The records
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective operation found in a compiled program.
+
+    kind: "all-gather", "reduce-scatter", "all-reduce", "all-to-all" or "collective-permute".
+    name: the HLO instruction name. group_size: devices in each replica group (for a
+    collective-permute, the devices that really send). groups: the replica groups as
+    tuples of device ids (for a permute, the (source, target) pairs). dtype: the element
+    type the collective really moves (on XLA:CPU a bf16 program may move f32).
+    operand_shapes / result_shapes: per-device shapes such as "f32[4,16]" (several for a
+    combined, tuple-shaped collective). bytes_per_device: bytes each taking part device
+    sends once, ring model (module docstring). count: how many times it runs (the trip
+    count of the while loops around it). rs_like: an all-reduce whose result is only
+    sliced down to 1/n per device, which is how XLA:CPU compiles a reduce-scatter.
+    is_async: it was an async ``-start``/``-done`` pair (counted once).
+    """
+
+    kind: str
+    name: str
+    group_size: int
+    groups: tuple
+    dtype: str
+    operand_shapes: tuple
+    result_shapes: tuple
+    bytes_per_device: float
+    count: int = 1
+    rs_like: bool = False
+    is_async: bool = False
+    op_name: str = ""
+
+    @property
+    def total_bytes(self) -> float:
+        """bytes_per_device x count: what one device sends for this op over the whole program."""
+        return self.bytes_per_device * self.count
+
+    @property
+    def reduce_scatter_bytes(self) -> float | None:
+        """For an rs_like all-reduce: the bytes a real reduce-scatter would send (half)."""
+        if not self.rs_like:
+            return None
+        return ring_bytes("reduce-scatter", _sum_bytes(self.operand_shapes), self.group_size)
+
+    def __str__(self) -> str:
+        extra = " (all-reduce + slice: a reduce-scatter on CPU)" if self.rs_like else ""
+        loop = f" x{self.count}" if self.count != 1 else ""
+        return (f"{self.kind:<18} {self.dtype:<5} n={self.group_size:<2} "
+                f"{' '.join(self.operand_shapes)} -> {' '.join(self.result_shapes)}: "
+                f"{self.bytes_per_device:.4g} B/device{loop}{extra}")
+
+
+# ------------------------------------------------------------------------------------------
+# Reading HLO text
+# ------------------------------------------------------------------------------------------
+
+_SHAPE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$|^\s*(ENTRY\s+)?%?([\w.\-]+)\s*\{\s*$")
+_START_SUFFIX = "-start"
+_DONE_SUFFIX = "-done"
+
+
+def hlo_text(compiled) -> str:
+    """The HLO text of ``compiled`` (a jax.stages.Compiled or HLO text), without the
+    FileNames/FunctionNames/FileLocations/StackFrames tables (they hold local file paths).
+    """
+    if isinstance(compiled, str):
+        text = compiled
+    elif hasattr(compiled, "as_text") and hasattr(compiled, "cost_analysis") and \
+            type(compiled).__name__ == "Compiled":
+        text = compiled.as_text()
+        if not isinstance(text, str):
+            raise ValueError("compiled.as_text() returned no HLO text for this program")
+    elif type(compiled).__name__ == "Lowered":
+        raise TypeError("compiled: got a jax.stages.Lowered; call .compile() on it first "
+                        "(the collectives exist only after the SPMD partitioner has run)")
+    elif callable(compiled):
+        raise TypeError("compiled: got a function; pass jax.jit(f, ...).lower(*args).compile() "
+                        "or its .as_text()")
+    else:
+        raise TypeError(f"compiled must be a jax.stages.Compiled or HLO text (str); got "
+                        f"{type(compiled).__name__}")
+    lines, skipping = [], False
+    for line in text.split("\n"):
+        if line.strip() in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            skipping = True
+            continue
+        if skipping:
+            if re.match(r"^\d+ ", line) or not line.strip():
+                continue
+            skipping = False
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _strip_comments(s: str) -> str:
+    return re.sub(r"/\*.*?\*/", "", s)
+
+
+def _split_type(rest: str) -> tuple[str, str]:
+    """Split 'TYPE opcode(...), attrs' into (TYPE, 'opcode(...), attrs')."""
+    rest = rest.strip()
+    if rest.startswith("("):
+        depth = 0
+        for i, ch in enumerate(rest):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                return rest[:i + 1], rest[i + 1:].strip()
+        raise ValueError(f"unbalanced parentheses in HLO type: {rest[:80]!r}")
+    m = re.match(r"^(\S+)\s+(.*)$", rest)
+    if not m:
+        return rest, ""
+    return m.group(1), m.group(2)
+
+
+def _shapes(type_text: str) -> list[str]:
+    """['f32[4,16]', ...] from an HLO type (layouts dropped)."""
+    return [f"{d}[{dims}]" for d, dims in _SHAPE.findall(type_text) if d in DTYPE_BYTES]
+
+
+def _shape_bytes(shape: str) -> float:
+    m = _SHAPE.match(shape)
+    dtype, dims = m.group(1), m.group(2)
+    n = math.prod(int(x) for x in dims.split(",") if x) if dims else 1
+    return n * DTYPE_BYTES[dtype]
+
+
+def _sum_bytes(shapes) -> float:
+    return float(sum(_shape_bytes(s) for s in shapes))
+
+
+def _args(call: str) -> tuple[str, list[str], str]:
+    """From 'opcode(%a, %b), attrs' return (opcode, operand names, attrs)."""
+    m = re.match(r"^([\w\-]+)\((.*)$", call)
+    if not m:
+        return call.split(",")[0].strip(), [], ""
+    opcode, tail = m.group(1), m.group(2)
+    depth, i = 1, 0
+    for i, ch in enumerate(tail):
+        depth += ch in "({["
+        depth -= ch in ")}]"
+        if depth == 0:
+            break
+    inner, attrs = tail[:i], tail[i + 1:]
+    names = re.findall(r"%([\w.\-]+)", inner)
+    if not names:   # operands printed without '%'
+        names = [p.strip().split()[-1] for p in inner.split(",") if p.strip()]
+    return opcode, names, attrs
+
+
+def _attr(attrs: str, key: str) -> str | None:
+    """The value of ``key=...`` in an attribute list, braces/brackets balanced."""
+    m = re.search(r"(?:^|[\s,])" + re.escape(key) + r"=", attrs)
+    if not m:
+        return None
+    s = attrs[m.end():]
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+            if depth < 0:
+                return s[:i].strip()
+        elif ch == "," and depth == 0:
+            # the mesh form continues after a comma: mesh['a'=2], device_ids=(...) {...}
+            if s[:i].lstrip().startswith("mesh[") and not re.search(r"\}\s*$", s[:i]):
+                continue
+            return s[:i].strip()
+    return s.strip()
+
+
+def _iota(spec: str) -> np.ndarray:
+    """Device ids of an iota list '[d0,d1,...]T(p0,p1,...)' or '[8]', flattened."""
+    m = re.fullmatch(r"\s*\[([0-9,\s]+)\]\s*(?:T\(([0-9,\s]+)\))?\s*", spec)
+    if not m:
+        raise ValueError(f"cannot read iota device list {spec!r}")
+    dims = [int(x) for x in m.group(1).split(",") if x.strip()]
+    arr = np.arange(math.prod(dims)).reshape(dims)
+    if m.group(2):
+        arr = arr.transpose([int(x) for x in m.group(2).split(",") if x.strip()])
+    return arr.reshape(-1)
+
+
+def parse_replica_groups(text: str, num_devices: int | None = None) -> tuple:
+    """Decode an HLO ``replica_groups`` value into a tuple of device-id tuples.
+
+    Three syntaxes are understood:
+
+    * explicit lists: ``{{0,1,2,3},{4,5,6,7}}`` (``{}`` means one group of all devices,
+      which needs ``num_devices``);
+    * iota lists: ``[2,4]<=[8]`` (``arange(8).reshape(2, 4)``) and
+      ``[4,2]<=[2,4]T(1,0)`` (``arange(8).reshape(2, 4).T.reshape(4, 2)``);
+    * the mesh-axes form ``mesh['a'=2,'b'=4] {'b'}``, optionally with
+      ``device_ids=([2,2,2]T(0,2,1))`` and sub-axes ``{'a':(pre)size}``: the group runs
+      along the listed axes, in the listed order, and every combination of the other axes
+      gives one group.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"replica groups must be text; got {type(text).__name__}")
+    s = text.strip()
+    if s.startswith("mesh["):
+        return _mesh_groups(s)
+    if "<=" in s:
+        m = re.fullmatch(r"\[([0-9,\s]+)\]\s*<=\s*(.+)", s)
+        if not m:
+            raise ValueError(f"cannot read iota replica groups {text!r}")
+        shape = [int(x) for x in m.group(1).split(",") if x.strip()]
+        ids = _iota(m.group(2))
+        if len(shape) != 2 or math.prod(shape) != ids.size:
+            raise ValueError(f"iota replica groups {text!r}: group shape {shape} does not hold "
+                             f"{ids.size} devices")
+        return tuple(tuple(int(d) for d in row) for row in ids.reshape(shape))
+    if s.startswith("{"):
+        inner = s[1:-1].strip() if s.endswith("}") else None
+        if inner is None:
+            raise ValueError(f"cannot read replica groups {text!r}")
+        if not inner:
+            if num_devices is None:
+                raise ValueError("replica_groups={} means all devices, but the device count is "
+                                 "unknown (no num_partitions in the HLO): pass num_devices")
+            return (tuple(range(num_devices)),)
+        groups = re.findall(r"\{([0-9,\s]*)\}", inner)
+        if not groups:
+            raise ValueError(f"cannot read replica groups {text!r}")
+        return tuple(tuple(int(x) for x in g.split(",") if x.strip()) for g in groups)
+    raise ValueError(f"cannot read replica groups {text!r}: expected {{{{...}}}}, "
+                     f"[g,n]<=[...] or mesh[...] {{...}}")
+
+
+def _mesh_groups(s: str) -> tuple:
+    m = re.match(r"mesh\[(.*?)\]\s*(?:,\s*device_ids=\((.*?\)?)\))?\s*\{(.*)\}\s*$", s)
+    if not m:
+        raise ValueError(f"cannot read mesh replica groups {s!r}")
+    axes = [(a, int(n)) for a, n in re.findall(r"'([^']+)'\s*=\s*(\d+)", m.group(1))]
+    if not axes:
+        raise ValueError(f"mesh replica groups {s!r} name no axes")
+    names = [a for a, _ in axes]
+    total = math.prod(n for _, n in axes)
+    if m.group(2):
+        dev = m.group(2).strip()
+        ids = _iota(dev) if dev.startswith("[") else np.array(
+            [int(x) for x in dev.split(",") if x.strip()])
+        if ids.size != total:
+            raise ValueError(f"mesh replica groups {s!r}: device_ids has {ids.size} devices, "
+                             f"the mesh {total}")
+    else:
+        ids = np.arange(total)
+    # Listed (sub-)axes: 'a' or 'a':(pre)size.
+    listed = []
+    for name, pre, size in re.findall(r"'([^']+)'(?:\s*:\s*\((\d+)\)(\d+))?", m.group(3)):
+        if name not in names:
+            raise ValueError(f"mesh replica groups {s!r}: axis {name!r} is not in the mesh")
+        listed.append((name, int(pre) if pre else None, int(size) if size else None))
+    # Split each axis into the sub-axes its listed pieces need (major to minor).
+    factors, keys = [], []
+    for name, n in axes:
+        cuts = {1, n}
+        for lname, pre, size in listed:
+            if lname == name and pre is not None:
+                if n % (pre * size):
+                    raise ValueError(f"sub-axis ({pre}){size} does not divide axis {name!r}={n}")
+                cuts |= {pre, pre * size}
+        cuts = sorted(cuts)
+        # A sub-axis ``(p)q`` has the more-major sub-axes' product p before it and size q:
+        # it covers the cut interval [p, p*q). Increasing p runs from major to minor.
+        pieces = [(cuts[i], cuts[i + 1] // cuts[i]) for i in range(len(cuts) - 1)]
+        for p, q in pieces:
+            factors.append(q)
+            keys.append((name, p, q))
+    arr = ids.reshape(factors) if factors else ids
+    chosen = []
+    for name, pre, size in listed:
+        if pre is None:
+            idx = [i for i, k in enumerate(keys) if k[0] == name]
+        else:
+            idx = [i for i, k in enumerate(keys) if k == (name, pre, size)]
+            if not idx:  # a piece made of several cut intervals
+                raise ValueError(f"mesh replica groups {s!r}: cannot place sub-axis {name}:({pre}){size}")
+        chosen.extend(idx)
+    others = [i for i in range(len(factors)) if i not in chosen]
+    group_size = math.prod(factors[i] for i in chosen) if chosen else 1
+    arr = arr.transpose(others + chosen).reshape(-1, group_size)
+    return tuple(tuple(int(d) for d in row) for row in arr)
+
+
+@dataclass
+class _Instr:
+    name: str
+    computation: str
+    type_text: str
+    opcode: str
+    operands: list
+    attrs: str
+    line: str
+    users: list = field(default_factory=list)
+
+
+def _parse_module(text: str):
+    comps: dict[str, list[_Instr]] = {}
+    entry, current = None, None
+    for raw in text.split("\n"):
+        line = _strip_comments(raw).rstrip()
+        if not line.strip() or line.lstrip().startswith("HloModule"):
+            continue
+        cm = _COMP.match(line)
+        if cm and "=" not in line.split("(")[0]:
+            name = cm.group(2) or cm.group(5)
+            current = name
+            comps.setdefault(name, [])
+            if cm.group(1) or cm.group(4):
+                entry = name
+            continue
+        if line.strip() == "}":
+            current = None
+            continue
+        im = _INSTR.match(line)
+        if not im:
+            continue
+        type_text, call = _split_type(im.group(2))
+        opcode, operands, attrs = _args(call)
+        comp = current if current is not None else "<snippet>"
+        comps.setdefault(comp, []).append(
+            _Instr(im.group(1), comp, type_text, opcode, operands, attrs, line.strip()))
+    return comps, entry
+
+
+def _multipliers(comps, entry) -> dict[str, int]:
+    """How many times each computation runs: products of known while-loop trip counts."""
+    mult: dict[str, int] = {}
+    roots = [entry] if entry else list(comps)
+
+    def visit(comp, k, depth=0):
+        if depth > 64 or comp not in comps:
+            return
+        mult[comp] = mult.get(comp, 0) + k
+        for ins in comps[comp]:
+            if ins.opcode == "while":
+                trip = 1
+                cfg = re.search(r"backend_config=(\{.*\})", ins.attrs)
+                if cfg:
+                    m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?', cfg.group(1))
+                    if m:
+                        trip = int(m.group(1))
+                body = _attr(ins.attrs, "body")
+                cond = _attr(ins.attrs, "condition")
+                if body:
+                    visit(body.lstrip("%"), k * trip, depth + 1)
+                if cond:
+                    visit(cond.lstrip("%"), k * (trip + 1), depth + 1)
+                continue
+            for key in ("calls", "branch_computations", "true_computation", "false_computation"):
+                v = _attr(ins.attrs, key)
+                if v:
+                    for c in re.findall(r"%?([\w.\-]+)", v):
+                        visit(c, k, depth + 1)
+
+    for r in roots:
+        if entry is None and r in mult:
+            continue
+        visit(r, 1)
+    return mult
+
+
+def _kind(opcode: str) -> tuple[str | None, bool]:
+    """('all-gather', is_async) for 'all-gather' or 'all-gather-start'; (None, _) otherwise."""
+    base, is_async = opcode, False
+    if opcode.endswith(_START_SUFFIX):
+        base, is_async = opcode[: -len(_START_SUFFIX)], True
+    return (base if base in KINDS else None), is_async
+
+
+def ring_bytes(kind: str, nbytes: float, n: int) -> float:
+    """Bytes each of ``n`` devices sends in one collective, ring algorithms.
+
+    ``nbytes`` is, per device: the gathered output (all-gather), the unreduced input
+    (reduce-scatter), the array (all-reduce), the input (all-to-all), or the block sent
+    (collective-permute). See the table in the module docstring.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    nbytes = check_nonnegative("nbytes", nbytes)
+    n = check_positive_int("n (devices in the group)", n)
+    if kind == "collective-permute":
+        return nbytes
+    frac = (n - 1) / n
+    return 2 * frac * nbytes if kind == "all-reduce" else frac * nbytes
+
+
+def collectives(compiled, num_devices: int | None = None) -> list[Collective]:
+    """One :class:`Collective` per collective in a compiled program, in program order.
+
+    ``compiled`` is a ``jax.stages.Compiled`` (``jax.jit(f).lower(...).compile()``) or its
+    ``as_text()``. Collectives inside while loops with a known trip count get that
+    ``count``; async start/done pairs count once (at the start); a tuple-shaped (combined)
+    collective is one record whose bytes add up all its operands. ``num_devices`` is only
+    needed for ``replica_groups={}`` in text without a ``num_partitions`` header.
+    """
+    text = hlo_text(compiled)
+    if not re.search(r"%?[\w.\-]+\s*=\s*\S", text) or not re.search(r"\w+\[[0-9,]*\]", text):
+        raise ValueError("compiled: the text does not look like HLO (no instructions such as "
+                         "'%x = f32[4] add(%a, %b)' found)")
+    if num_devices is None:
+        m = re.search(r"num_partitions=(\d+)", text)
+        if m and int(m.group(1)) > 1:
+            num_devices = int(m.group(1))
+        else:
+            m = re.search(r"replica_count=(\d+)", text)
+            num_devices = int(m.group(1)) if m else None
+    comps, entry = _parse_module(text)
+    table: dict[str, _Instr] = {}
+    for instrs in comps.values():
+        for ins in instrs:
+            table[ins.name] = ins
+    for ins in table.values():
+        for op in ins.operands:
+            if op in table:
+                table[op].users.append(ins)
+    mult = _multipliers(comps, entry)
+    out = []
+    for comp, instrs in comps.items():
+        for ins in instrs:
+            kind, is_async = _kind(ins.opcode)
+            if kind is None:
+                continue
+            out.append(_record(ins, kind, is_async, table, comps, mult.get(comp, 1) or 1,
+                               num_devices))
+    return out
+
+
+def _record(ins, kind, is_async, table, comps, count, num_devices) -> Collective:
+    operand_shapes = []
+    for op in ins.operands:
+        if op not in table:
+            raise ValueError(f"collective {ins.name}: operand %{op} is not defined in the HLO "
+                             f"text (pass the whole module, not one line)")
+        operand_shapes.extend(_shapes(table[op].type_text))
+    result_shapes = _shapes(ins.type_text)
+    if is_async:
+        dones = [u for u in ins.users if u.opcode == kind + _DONE_SUFFIX]
+        if dones:
+            result_shapes = _shapes(dones[0].type_text)
+        elif kind != "all-reduce":
+            # start returns (operands..., results..., contexts); keep the results
+            result_shapes = result_shapes[len(operand_shapes):][:len(operand_shapes)]
+    operand_shapes, result_shapes = tuple(operand_shapes), tuple(result_shapes)
+    dtypes = sorted({s.split("[")[0] for s in operand_shapes + result_shapes})
+    dtype = dtypes[0] if len(dtypes) == 1 else "/".join(dtypes)
+    meta = re.search(r'op_name="([^"]*)"', ins.attrs)
+    op_name = meta.group(1) if meta else ""
+    rs_like = False
+    if kind == "collective-permute":
+        pairs_text = _attr(ins.attrs, "source_target_pairs")
+        pairs = tuple(tuple(int(x) for x in p.split(",")) for p in
+                      re.findall(r"\{\s*(\d+\s*,\s*\d+)\s*\}", pairs_text or ""))
+        senders = {a for a, b in pairs if a != b}
+        group_size = len(senders)
+        groups = pairs
+        nbytes = _sum_bytes(operand_shapes) if senders else 0.0
+    else:
+        rg = _attr(ins.attrs, "replica_groups")
+        if rg is None:
+            if num_devices is None:
+                raise ValueError(f"collective {ins.name} has no replica_groups and the device "
+                                 f"count is unknown: pass num_devices")
+            groups = (tuple(range(num_devices)),)
+        else:
+            groups = parse_replica_groups(rg, num_devices)
+        group_size = len(groups[0])
+        if kind == "all-gather":
+            size = _sum_bytes(result_shapes)
+        else:
+            size = _sum_bytes(operand_shapes)
+        nbytes = ring_bytes(kind, size, group_size)
+        if kind == "all-reduce":
+            rs_like = _is_rs_like(ins, table, comps, group_size)
+    return Collective(kind=kind, name=ins.name, group_size=group_size, groups=groups,
+                      dtype=dtype, operand_shapes=operand_shapes, result_shapes=result_shapes,
+                      bytes_per_device=float(nbytes), count=int(count), rs_like=rs_like,
+                      is_async=is_async, op_name=op_name)
+
+
+def _is_rs_like(ins, table, comps, n) -> bool:
+    """An all-reduce whose users all keep only 1/n of it through a dynamic-slice."""
+    if n < 2:
+        return False
+    users = ins.users
+    if ins.opcode.endswith(_START_SUFFIX):
+        users = [u2 for u in users if u.opcode.endswith(_DONE_SUFFIX) for u2 in u.users]
+    if not users:
+        return False
+    full = _sum_bytes(_shapes(ins.type_text))
+    for u in users:
+        slices = u.opcode == "dynamic-slice"
+        if u.opcode == "fusion":
+            called = _attr(u.attrs, "calls")
+            body = comps.get((called or "").lstrip("%"), [])
+            slices = any(b.opcode == "dynamic-slice" for b in body)
+        if not slices or not math.isclose(_sum_bytes(_shapes(u.type_text)) * n, full):
+            return False
+    return True
+
+
+def total_bytes(records, kind: str | None = None) -> float:
+    """Sum of bytes_per_device x count over ``records`` (optionally of one kind)."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    return float(sum(r.total_bytes for r in records if kind is None or r.kind == kind))
+
+
+def summarize(records) -> str:
+    """One line per collective, for printing in a notebook."""
+    if not records:
+        return "(no collectives)"
+    return "\n".join(str(r) for r in records)
+
+
+def collective_lines(compiled, width: int = 160) -> list[str]:
+    """The HLO lines of the collectives (metadata and frontend attributes cut), for display."""
+    out = []
+    for line in hlo_text(compiled).split("\n"):
+        m = _INSTR.match(_strip_comments(line))
+        if not m:
+            continue
+        _, call = _split_type(m.group(2))
+        if _kind(call.split("(")[0])[0] is None:
+            continue
+        line = re.sub(r",\s*(metadata|frontend_attributes|backend_config)=\{.*?\}(?=,|$)", "",
+                      line.strip())
+        line = re.sub(r"\{[0-9,]*\}(?=[ ,)])", "", line)  # layouts
+        out.append(line if len(line) <= width else line[:width - 3] + "...")
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Time on real links
+# ------------------------------------------------------------------------------------------
+
+def _ring_all_to_all_link_load(nbytes: float, n: int, torus: bool) -> float:
+    """Bytes that cross the busiest directed link in an all-to-all of ``nbytes`` per device.
+
+    Each device sends a block of nbytes / n to every other device, forwarded hop by hop. On
+    a unidirectional ring the block for the device d steps away crosses d links; on a
+    bidirectional ring it takes the shorter way, min(d, n - d) links, and a tie is split
+    evenly between the two directions.
+    """
+    block = nbytes / n
+    if torus:
+        hops = sum(min(d, n - d) for d in range(1, n))
+        return block * hops / 2      # two outgoing links per device share the load
+    return block * n * (n - 1) / 2
+
+
+def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
+                    topology: str = "torus") -> float:
+    """Seconds for one collective over mesh ``axes`` with ring algorithms.
+
+    ``nbytes`` is the per-device array defined in :func:`ring_bytes`. ``axes`` is the group
+    size ``n`` or a tuple of axis sizes (a collective over several torus axes at once).
+    The link bandwidth is ``bandwidth`` (bytes/s, one direction) or the chip's
+    ``ici_link_bandwidth``.
+
+    ``topology="ring"``: one unidirectional ring per axis, so T = ring_bytes / W.
+    ``topology="torus"``: a bidirectional ring with wraparound per axis; half the data goes
+    each way, so T = ring_bytes / (2 W).
+    With k axes of size > 1 the ring traffic spreads over k times as many links
+    (the usual first-order model): T is divided by k.
+
+    Exceptions: a collective-permute sends its block to one neighbour over one link,
+    T = nbytes / W. An all-to-all forwards blocks over several hops; T is the load of the
+    busiest link (see ``_ring_all_to_all_link_load``) divided by W (one axis only).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}; got {topology!r}")
+    if isinstance(axes, (tuple, list)):
+        sizes = [check_positive_int("axes", a) for a in axes]
+        if not sizes:
+            raise ValueError("axes must name at least one axis size")
+    else:
+        sizes = [check_positive_int("axes (devices in the group)", axes)]
+    if bandwidth is None:
+        if chip is None:
+            raise ValueError("give a chip (e.g. 'tpu-v5p') or bandwidth= in bytes/s")
+        bandwidth = get_chip(chip).ici_link_bandwidth
+    W = check_positive("bandwidth (bytes/s)", bandwidth)
+    nbytes = check_nonnegative("nbytes", nbytes)
+    n = math.prod(sizes)
+    if n == 1:
+        return 0.0
+    torus = topology == "torus"
+    if kind == "collective-permute":
+        return nbytes / W
+    if kind == "all-to-all":
+        if len([s for s in sizes if s > 1]) > 1:
+            raise ValueError("collective_time models an all-to-all over one axis only")
+        return _ring_all_to_all_link_load(nbytes, n, torus) / W
+    k = len([s for s in sizes if s > 1])
+    directions = 2 if torus else 1
+    return ring_bytes(kind, nbytes, n) / (W * directions * k)
