@@ -15,6 +15,18 @@ Every hardware number the book prints comes from this module. Units:
 * ``price_per_hour``: on-demand US dollars per chip-hour where a published price was
   found; ``None`` otherwise.
 
+Inside the chip and around it (``None`` where the vendor publishes no figure; GPUs have
+no MXU, so their MXU fields are ``None``):
+
+* ``tensorcores``: TensorCores per TPU chip; ``mxus_per_core``: matrix units (MXUs) per
+  TensorCore; ``mxu_size``: side of one MXU's square systolic array (128 means 128 x 128
+  multiply-add cells).
+* ``vmem_bytes``: on-chip vector memory (VMEM) per TensorCore, bytes.
+* ``chips_per_host``: chips attached over PCIe to one host CPU (a TPU host, or one 8-GPU
+  HGX/DGX server).
+* ``ici_domain_chips``: the most chips one fast chip-to-chip network joins: a full TPU pod
+  (ICI), or for GPUs the NVSwitch domain of one HGX/DGX server (NVLink).
+
 Use :func:`get_chip` with a canonical name ("tpu-v5e", "gpu-h100", ...).
 """
 
@@ -24,7 +36,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .errors import UnknownNameError
-from .units import GiB
+from .units import GiB, MiB
 
 __all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table"]
 
@@ -49,6 +61,8 @@ SOURCES = {
                "Inference v4.1 system description H200-SXM-141GBx8",
     "nv-hgx": "NVIDIA HGX B200, https://www.nvidia.com/en-us/data-center/hgx/",
     "nv-dgx-b200": "NVIDIA DGX B200, https://www.nvidia.com/en-us/data-center/dgx-b200/",
+    "cloud-v5p-slices": "Google Cloud TPU docs, TPU v5p configurations (table of slice "
+                        "topologies with chips and hosts), https://cloud.google.com/tpu/docs/v5p",
 }
 
 
@@ -70,6 +84,12 @@ class Chip:
     dcn_bandwidth: float | None = None
     pcie_bandwidth: float | None = None
     price_per_hour: float | None = None
+    tensorcores: int | None = None
+    mxus_per_core: int | None = None
+    mxu_size: int | None = None
+    vmem_bytes: float | None = None
+    chips_per_host: int | None = None
+    ici_domain_chips: int | None = None
     hbm_unit: str = "GB"
     notes: str = ""
     sources: dict = field(default_factory=dict, compare=False, repr=False)
@@ -124,9 +144,13 @@ _add(_chip(
     hbm_bytes=32 * GiB, hbm_unit="GiB", hbm_bandwidth=1.2e12,
     ici_link_bandwidth=4.5e10, ici_links=6, topology="3D torus",
     dcn_bandwidth=None, pcie_bandwidth=1.5e10, price_per_hour=None,
+    tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
+    ici_domain_chips=4096,
     sources=dict(bf16_flops="cloud-v4", int8_flops="cloud-v4", hbm_bytes="cloud-v4",
                  hbm_bandwidth="cloud-v4", ici_link_bandwidth="scaling-book",
-                 ici_links="scaling-book", topology="cloud-v4", pcie_bandwidth="scaling-book"),
+                 ici_links="scaling-book", topology="cloud-v4", pcie_bandwidth="scaling-book",
+                 tensorcores="cloud-v4", mxus_per_core="cloud-v4", mxu_size="scaling-book",
+                 chips_per_host="scaling-book", ici_domain_chips="cloud-v4"),
 ))
 _add(_chip(
     name="tpu-v5e", vendor="Google", display_name="TPU v5e",
@@ -136,10 +160,15 @@ _add(_chip(
     ici_link_bandwidth=5e10, ici_links=4, topology="2D torus",
     # 6.4 Tbps of DCN per 256-chip pod -> 25 Gbps = 3.125e9 bytes/s per chip.
     dcn_bandwidth=3.125e9, pcie_bandwidth=1.5e10, price_per_hour=1.20,
+    tensorcores=1, mxus_per_core=4, mxu_size=128, vmem_bytes=128 * MiB, chips_per_host=8,
+    ici_domain_chips=256,
     sources=dict(bf16_flops="cloud-v5e", int8_flops="cloud-v5e", hbm_bytes="cloud-v5e",
                  hbm_bandwidth="cloud-v5e", ici_link_bandwidth="cloud-v5e",
                  ici_links="cloud-v5e", topology="cloud-v5e", dcn_bandwidth="cloud-v5e",
-                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing"),
+                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing",
+                 tensorcores="cloud-v5e", mxus_per_core="cloud-v5e", mxu_size="scaling-book",
+                 vmem_bytes="scaling-book", chips_per_host="scaling-book",
+                 ici_domain_chips="cloud-v5e"),
 ))
 _add(_chip(
     name="tpu-v5p", vendor="Google", display_name="TPU v5p",
@@ -149,10 +178,14 @@ _add(_chip(
     ici_link_bandwidth=1e11, ici_links=6, topology="3D torus",
     dcn_bandwidth=6.25e9, pcie_bandwidth=1.5e10, price_per_hour=4.20,
     notes="95 GiB is the usable HBM; 96 GiB is physical.",
+    tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
+    ici_domain_chips=8960,
     sources=dict(bf16_flops="cloud-v5p", int8_flops="scaling-book", hbm_bytes="cloud-v5p",
                  hbm_bandwidth="cloud-v5p", ici_link_bandwidth="cloud-v5p",
                  ici_links="scaling-book", topology="cloud-v5p", dcn_bandwidth="cloud-v5p",
-                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing"),
+                 pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing",
+                 tensorcores="cloud-v5p-slices", mxus_per_core="cloud-v5p", mxu_size="scaling-book",
+                 chips_per_host="cloud-v5p-slices", ici_domain_chips="cloud-v5p"),
 ))
 _add(_chip(
     name="tpu-v6e", vendor="Google", display_name="TPU v6e (Trillium)",
@@ -160,9 +193,13 @@ _add(_chip(
     hbm_bytes=32e9, hbm_bandwidth=1.638e12,
     ici_link_bandwidth=1e11, ici_links=4, topology="2D torus",
     dcn_bandwidth=None, pcie_bandwidth=3.2e10, price_per_hour=None,
+    tensorcores=1, mxus_per_core=2, mxu_size=256, vmem_bytes=None, chips_per_host=8,
+    ici_domain_chips=256,
     sources=dict(bf16_flops="cloud-v6e", int8_flops="cloud-v6e", hbm_bytes="cloud-v6e",
                  hbm_bandwidth="cloud-v6e", ici_link_bandwidth="cloud-v6e",
-                 ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book"),
+                 ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book",
+                 tensorcores="cloud-v6e", mxus_per_core="cloud-v6e", mxu_size="cloud-v6e",
+                 chips_per_host="cloud-v6e", ici_domain_chips="cloud-v6e"),
 ))
 _add(_chip(
     name="gpu-a100", vendor="NVIDIA", display_name="A100 SXM 80GB",
@@ -171,9 +208,12 @@ _add(_chip(
     # NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per direction per GPU.
     ici_link_bandwidth=2.5e10, ici_links=12, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=2.5e10, pcie_bandwidth=3.2e10, price_per_hour=None,
+    tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
+    ici_domain_chips=8,
     sources=dict(bf16_flops="nv-a100", int8_flops="nv-a100", hbm_bytes="nv-a100",
                  hbm_bandwidth="nv-a100", ici_link_bandwidth="nv-a100", ici_links="nv-a100",
-                 topology="nv-dgx-a100", dcn_bandwidth="nv-dgx-a100", pcie_bandwidth="nv-a100"),
+                 topology="nv-dgx-a100", dcn_bandwidth="nv-dgx-a100", pcie_bandwidth="nv-a100",
+                 chips_per_host="nv-dgx-a100", ici_domain_chips="nv-dgx-a100"),
 ))
 _add(_chip(
     name="gpu-h100", vendor="NVIDIA", display_name="H100 SXM",
@@ -182,10 +222,13 @@ _add(_chip(
     # NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per direction (900 GB/s "bidirectional").
     ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=10.8,
+    tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
+    ici_domain_chips=8,
     sources=dict(bf16_flops="nv-h100", fp8_flops="nv-h100", hbm_bytes="nv-h100",
                  hbm_bandwidth="nv-h100", ici_link_bandwidth="nv-h100", ici_links="nv-h100",
                  topology="nv-dgx-h100", dcn_bandwidth="nv-dgx-h100", pcie_bandwidth="nv-h100",
-                 price_per_hour="scaling-book-pricing"),
+                 price_per_hour="scaling-book-pricing",
+                 chips_per_host="nv-dgx-h100", ici_domain_chips="nv-dgx-h100"),
 ))
 _add(_chip(
     name="gpu-h200", vendor="NVIDIA", display_name="H200 SXM",
@@ -193,9 +236,12 @@ _add(_chip(
     hbm_bytes=141e9, hbm_bandwidth=4.8e12,
     ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
+    tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
+    ici_domain_chips=8,
     sources=dict(bf16_flops="nv-h200", fp8_flops="nv-h200", hbm_bytes="nv-h200",
                  hbm_bandwidth="nv-h200", ici_link_bandwidth="nv-h200", ici_links="nv-h200",
-                 topology="nv-h200", dcn_bandwidth="nv-h200", pcie_bandwidth="nv-h200"),
+                 topology="nv-h200", dcn_bandwidth="nv-h200", pcie_bandwidth="nv-h200",
+                 chips_per_host="nv-h200", ici_domain_chips="nv-h200"),
 ))
 _add(_chip(
     name="gpu-b200", vendor="NVIDIA", display_name="B200 (HGX/DGX)",
@@ -205,9 +251,12 @@ _add(_chip(
     ici_link_bandwidth=5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
     notes="180 GB per GPU in DGX B200 datasheets; 192 GB in early announcements.",
+    tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
+    ici_domain_chips=8,
     sources=dict(bf16_flops="nv-hgx", fp8_flops="nv-dgx-b200", hbm_bytes="nv-dgx-b200",
                  hbm_bandwidth="nv-dgx-b200", ici_link_bandwidth="nv-hgx", ici_links="nv-hgx",
-                 topology="nv-dgx-b200", dcn_bandwidth="nv-dgx-b200", pcie_bandwidth="nv-hgx"),
+                 topology="nv-dgx-b200", dcn_bandwidth="nv-dgx-b200", pcie_bandwidth="nv-hgx",
+                 chips_per_host="nv-dgx-b200", ici_domain_chips="nv-dgx-b200"),
 ))
 
 
