@@ -1,4 +1,23 @@
-"""Transformer configurations, with LLaMA-3 8B, 70B and 405B built in.
+"""Transformer configurations and their arithmetic, with LLaMA-3 8B, 70B and 405B built in.
+
+A :class:`TransformerConfig` describes a decoder-only transformer in the LLaMA style:
+RMSNorm before attention and before the MLP, rotary position embeddings (no parameters),
+grouped-query attention (``n_kv_heads`` key/value heads shared by ``n_heads`` query heads),
+a gated SwiGLU MLP with three matrices, no biases, a final RMSNorm and an output head that
+is a separate matrix unless ``tied_embeddings``.
+
+Symbols used in the docstrings (the chapter uses the same ones):
+
+    L = n_layers      d = d_model       H = n_heads     K = n_kv_heads
+    h = head_dim      F = d_ff          V = vocab_size  S = sequence length (context)
+
+Parameters (exact): ``V d`` (embedding) + ``L [d H h + 2 d K h + H h d]`` (attention:
+q, k, v, o) + ``L (3 d F)`` (MLP) + ``L (2 d)`` (two RMSNorm gains) + ``d`` (final norm) +
+``V d`` (output head, absent when tied).
+
+FLOPs are counted as 2 per multiply-add. Only matrix multiplications are counted; the
+elementwise work (norms, rotary embeddings, softmax, SiLU, residual adds) is a few FLOPs
+per element and is left out: chapter 4 measures how small it is with XLA's cost analysis.
 
 Sources: meta-llama/llama-models (``models/llama3_1/api/sku_list.py`` and the reference
 ``models/llama3/model.py``) and the LLaMA-3 paper, arXiv:2407.21783, Table 3.
@@ -8,10 +27,91 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import roofline as _rl
 from .errors import UnknownNameError
-from .units import check_positive_int
+from .units import check_nonnegative, check_positive, check_positive_int
 
-__all__ = ["TransformerConfig", "get_model", "model_names"]
+__all__ = ["TransformerConfig", "ParamBreakdown", "TrainingMemory", "Matmul", "get_model",
+           "model_names"]
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """Parameter count of a model by part (all exact integers, summed over layers)."""
+
+    embedding: int
+    attention: int
+    mlp: int
+    norms: int
+    output_head: int
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.attention + self.mlp + self.norms + self.output_head
+
+    def as_dict(self) -> dict:
+        return {"embedding": self.embedding, "attention": self.attention, "mlp": self.mlp,
+                "norms": self.norms, "output_head": self.output_head}
+
+    def shares(self) -> dict:
+        """Each part as a fraction of the total."""
+        t = self.total
+        return {k: v / t for k, v in self.as_dict().items()}
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Bytes of model state during training, for the whole model (not per chip)."""
+
+    weights: float
+    gradients: float
+    master_weights: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.master_weights + self.optimizer
+
+    def as_dict(self) -> dict:
+        return {"weights": self.weights, "gradients": self.gradients,
+                "master_weights": self.master_weights, "optimizer": self.optimizer}
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One matrix multiplication ``lhs @ rhs -> out`` of a transformer.
+
+    Shapes are tuples; leading dimensions of ``lhs`` beyond the last are batch-like
+    (``batch`` counts how many independent [m, k] @ [k, n] products there are).
+    ``flops`` = 2 * batch * m * k * n; ``bytes`` = bytes_per_element * (size of lhs + rhs + out),
+    each array crossing HBM once.
+    """
+
+    name: str
+    lhs: tuple
+    rhs: tuple
+    out: tuple
+    flops: int
+    bytes: float
+    is_weight: bool   # True when rhs is a parameter matrix (counts towards 2 N per token)
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+def _exact(x: float):
+    """An int when ``x`` is a whole number (so byte counts compare exactly), else ``x``."""
+    return int(x) if float(x).is_integer() else x
+
+
+def _check_tokens(name, value) -> float:
+    """A token count: a finite number >= 0 (it may be a float, e.g. 15.6e12)."""
+    return check_nonnegative(name, value)
+
+
+def _check_seq_len(value) -> int:
+    return check_positive_int("seq_len", value)
 
 
 @dataclass(frozen=True)
@@ -20,7 +120,12 @@ class TransformerConfig:
 
     d_model: model width; n_heads: query heads; n_kv_heads: key/value heads;
     head_dim: size of one head; d_ff: hidden width of the gated MLP; vocab_size: rows
-    of the embedding; tied_embeddings: whether the output head reuses the embedding.
+    of the embedding; tied_embeddings: whether the output head reuses the embedding;
+    rope_theta: base of the rotary frequencies; norm_eps: RMSNorm epsilon.
+
+    ``n_heads * head_dim`` need not equal ``d_model`` (the q and o projections are
+    [d_model, n_heads * head_dim] and back), but ``n_heads`` must be a multiple of
+    ``n_kv_heads`` and ``head_dim`` must be even (rotary embeddings rotate pairs).
     """
 
     name: str
@@ -32,14 +137,258 @@ class TransformerConfig:
     d_ff: int
     vocab_size: int
     tied_embeddings: bool = False
+    rope_theta: float = 500_000.0
+    norm_eps: float = 1e-5
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string; got {self.name!r}")
         for f in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size"):
-            check_positive_int(f, getattr(self, f))
+            try:
+                check_positive_int(f, getattr(self, f))
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {e}") from None
+        if not isinstance(self.tied_embeddings, bool):
+            raise ValueError(f"{self.name}: tied_embeddings must be True or False; "
+                             f"got {self.tied_embeddings!r}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"{self.name}: n_heads={self.n_heads} must be a multiple of "
                              f"n_kv_heads={self.n_kv_heads} (each key/value head serves a group "
                              f"of query heads)")
+        if self.head_dim % 2:
+            raise ValueError(f"{self.name}: head_dim={self.head_dim} must be even (rotary "
+                             f"embeddings rotate pairs of dimensions)")
+        for f in ("rope_theta", "norm_eps"):
+            try:
+                check_positive(f, getattr(self, f))
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {e}") from None
+
+    # -- shapes ---------------------------------------------------------------------------
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together: H h."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key (or all value) heads together: K h."""
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head: H / K."""
+        return self.n_heads // self.n_kv_heads
+
+    # -- parameters -----------------------------------------------------------------------
+    def attention_params_per_layer(self) -> int:
+        """q: d x Hh, k and v: d x Kh each, o: Hh x d."""
+        d = self.d_model
+        return d * self.q_dim + 2 * d * self.kv_dim + self.q_dim * d
+
+    def mlp_params_per_layer(self) -> int:
+        """Gate and up: d x F each, down: F x d."""
+        return 3 * self.d_model * self.d_ff
+
+    def norm_params_per_layer(self) -> int:
+        """Two RMSNorm gain vectors of size d (before attention, before the MLP)."""
+        return 2 * self.d_model
+
+    def params_per_layer(self) -> int:
+        return (self.attention_params_per_layer() + self.mlp_params_per_layer()
+                + self.norm_params_per_layer())
+
+    def param_breakdown(self) -> ParamBreakdown:
+        """Exact parameter counts by part; norms include the final RMSNorm."""
+        L, d, V = self.n_layers, self.d_model, self.vocab_size
+        return ParamBreakdown(
+            embedding=V * d,
+            attention=L * self.attention_params_per_layer(),
+            mlp=L * self.mlp_params_per_layer(),
+            norms=L * self.norm_params_per_layer() + d,
+            output_head=0 if self.tied_embeddings else V * d,
+        )
+
+    def num_params(self) -> int:
+        """Total number of parameters (exact)."""
+        return self.param_breakdown().total
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul for every token: all but the norms, and
+        the embedding table unless it doubles as the output head (a lookup is not a matmul).
+        The dense forward pass costs 2 * matmul_params() FLOPs per token."""
+        b = self.param_breakdown()
+        head = b.embedding if self.tied_embeddings else b.output_head
+        return b.attention + b.mlp + head
+
+    # -- FLOPs ----------------------------------------------------------------------------
+    def attention_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Forward FLOPs per token of the two attention matmuls (scores q.k and the weighted
+        sum of values), over all layers: 4 L S H h.
+
+        Each token's query meets S keys: 2 S h FLOPs per head for q.k and 2 S h for the sum
+        of values. ``causal=False`` counts the whole S x S score matrix (what a plain
+        implementation computes before masking); ``causal=True`` counts only the unmasked
+        half, S (S + 1) / 2 pairs, i.e. (S + 1) / 2 keys per token on average (a kernel that
+        skips masked blocks)."""
+        S = _check_seq_len(seq_len)
+        keys = (S + 1) / 2 if causal else S
+        return 4 * self.n_layers * self.n_heads * self.head_dim * keys
+
+    def dense_flops_per_token(self) -> int:
+        """Forward FLOPs per token of the weight matmuls: 2 * matmul_params()."""
+        return 2 * self.matmul_params()
+
+    def forward_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Forward FLOPs per token: weight matmuls plus attention at ``seq_len``."""
+        return self.dense_flops_per_token() + self.attention_flops_per_token(seq_len, causal)
+
+    def backward_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Backward FLOPs per token: twice the forward. Each matmul X @ W needs two matmuls
+        of the same size in the backward pass, dX = dY W^T and dW = X^T dY (and for the
+        attention matmuls, the gradients with respect to both operands)."""
+        return 2 * self.forward_flops_per_token(seq_len, causal)
+
+    def training_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Forward + backward FLOPs per token: 3 x forward."""
+        return 3 * self.forward_flops_per_token(seq_len, causal)
+
+    def training_flops(self, tokens: float) -> float:
+        """The 6 N D rule: 6 * num_params() * tokens (forward 2N, backward 4N per token;
+        attention and elementwise work excluded, every parameter counted, as in the
+        LLaMA-3 paper's compute figure)."""
+        return 6 * self.num_params() * _check_tokens("tokens", tokens)
+
+    def training_attention_flops(self, tokens: float, seq_len: int, causal: bool = False) -> float:
+        """The attention term of training: 3 x attention_flops_per_token x tokens."""
+        return 3 * self.attention_flops_per_token(seq_len, causal) * _check_tokens("tokens", tokens)
+
+    def training_flops_with_attention(self, tokens: float, seq_len: int,
+                                      causal: bool = False) -> float:
+        """6 N D plus the attention FLOPs of training on sequences of length ``seq_len``."""
+        return self.training_flops(tokens) + self.training_attention_flops(tokens, seq_len, causal)
+
+    # -- matmul map -----------------------------------------------------------------------
+    def layer_matmuls(self, batch: int, seq_len: int, bytes_per_element: float = 2) -> list[Matmul]:
+        """Every matmul of one transformer layer's forward pass for ``batch`` sequences of
+        ``seq_len`` tokens, with shapes, FLOPs and bytes (each operand read once from HBM,
+        the result written once, ``bytes_per_element`` bytes each).
+
+        The attention matmuls are written per (sequence, head): the scores are
+        [S, h] @ [h, S] for each of the B H query heads (a key head is shared by H / K of
+        them), and the weighted sum is [S, S] @ [S, h]. The score matrix is counted in full
+        (S x S), as a plain implementation computes it."""
+        B, S = check_positive_int("batch", batch), _check_seq_len(seq_len)
+        s = check_positive("bytes_per_element", bytes_per_element)
+        T, d, F, H, K, h = B * S, self.d_model, self.d_ff, self.n_heads, self.n_kv_heads, self.head_dim
+
+        def weight(name, k, n):
+            return Matmul(name, (T, k), (k, n), (T, n), _rl.matmul_flops(T, k, n),
+                          _rl.matmul_bytes(T, k, n, s), True)
+
+        # Attention matmuls: B*H products; the keys/values are read once per key head.
+        scores = Matmul("attention scores q.k", (B, H, S, h), (B, K, h, S), (B, H, S, S),
+                        2 * B * H * S * h * S, s * (B * H * S * h + B * K * h * S + B * H * S * S),
+                        False)
+        values = Matmul("attention weighted sum of v", (B, H, S, S), (B, K, S, h), (B, H, S, h),
+                        2 * B * H * S * S * h, s * (B * H * S * S + B * K * S * h + B * H * S * h),
+                        False)
+        return [
+            weight("q projection", d, H * h),
+            weight("k projection", d, K * h),
+            weight("v projection", d, K * h),
+            scores,
+            values,
+            weight("o projection", H * h, d),
+            weight("MLP gate", d, F),
+            weight("MLP up", d, F),
+            weight("MLP down", F, d),
+        ]
+
+    def head_matmul(self, batch: int, seq_len: int, bytes_per_element: float = 2) -> Matmul:
+        """The output head: [B S, d] @ [d, V] -> logits."""
+        T = check_positive_int("batch", batch) * _check_seq_len(seq_len)
+        s = check_positive("bytes_per_element", bytes_per_element)
+        d, V = self.d_model, self.vocab_size
+        return Matmul("output head", (T, d), (d, V), (T, V), _rl.matmul_flops(T, d, V),
+                      _rl.matmul_bytes(T, d, V, s), True)
+
+    # -- memory ---------------------------------------------------------------------------
+    def weight_bytes(self, bytes_per_element: float = 2) -> float:
+        """Bytes of all parameters at ``bytes_per_element`` (2 for bf16)."""
+        return _exact(self.num_params() * check_positive("bytes_per_element", bytes_per_element))
+
+    def training_memory(self, weight_bytes: float = 2, grad_bytes: float = 2,
+                        master_bytes: float = 4, optimizer_bytes: float = 8) -> TrainingMemory:
+        """Model state for mixed-precision training with Adam, in bytes (whole model).
+
+        Per parameter: ``weight_bytes`` for the working copy used in forward and backward
+        (bf16: 2), ``grad_bytes`` for its gradient (bf16: 2; 4 if gradients are kept in fp32,
+        as the LLaMA-3 paper does), ``master_bytes`` for the fp32 master copy the optimizer
+        updates (4; 0 if there is none) and ``optimizer_bytes`` for Adam's two fp32 moments
+        (2 x 4 = 8). The defaults give 16 bytes per parameter. Activations are separate
+        (:meth:`activation_bytes_per_token`)."""
+        N = self.num_params()
+        return TrainingMemory(
+            weights=N * check_positive("weight_bytes", weight_bytes),
+            gradients=N * check_nonnegative("grad_bytes", grad_bytes),
+            master_weights=N * check_nonnegative("master_bytes", master_bytes),
+            optimizer=N * check_nonnegative("optimizer_bytes", optimizer_bytes),
+        )
+
+    def activation_elements_per_layer_per_token(self) -> int:
+        """Elements one layer keeps per token for the backward pass, without
+        rematerialisation, assuming a fused attention kernel that does not store the S x S
+        score matrix (it recomputes it from q, k, v and keeps the output):
+
+        * the layer input x (for the RMSNorm gradient) and the normed input: 2 d
+        * q (H h), k and v (K h each) after rotary embedding, and the attention output (H h):
+          2 H h + 2 K h
+        * the residual after attention and its normed copy: 2 d
+        * the MLP gate and up projections (F each) and their SiLU-gated product (F): 3 F
+
+        Total 4 d + 2 H h + 2 K h + 3 F. Per-row statistics (RMSNorm scale, softmax
+        log-sum-exp) are a few numbers per token and are left out."""
+        d, F = self.d_model, self.d_ff
+        return 4 * d + 2 * self.q_dim + 2 * self.kv_dim + 3 * F
+
+    def activation_bytes_per_token(self, remat: bool = False, bytes_per_element: float = 2) -> float:
+        """Activation bytes per token of a training step, at the peak (start of backward).
+
+        ``remat=False``: every layer keeps activation_elements_per_layer_per_token()
+        elements, so L times that.
+        ``remat=True`` (full rematerialisation, one checkpoint per layer): each layer keeps
+        only its input (d elements); during the backward pass one layer at a time is
+        recomputed, so one layer's full set is alive on top: L d + one layer.
+
+        Both add the head: the final-norm input and output (2 d) and the logits (V), all at
+        ``bytes_per_element`` (bf16: 2). Not included: the S x S score matrices (assumed
+        never stored, see above), gradients of activations in flight, and temporary
+        buffers of the compiler."""
+        s = check_positive("bytes_per_element", bytes_per_element)
+        per_layer = self.activation_elements_per_layer_per_token()
+        head = 2 * self.d_model + self.vocab_size
+        if remat:
+            elements = self.n_layers * self.d_model + per_layer + head
+        else:
+            elements = self.n_layers * per_layer + head
+        return _exact(elements * s)
+
+    def kv_cache_bytes_per_token(self, bytes_per_element: float = 2) -> float:
+        """Bytes of keys and values one token leaves in the cache: 2 L K h x bytes."""
+        s = check_positive("bytes_per_element", bytes_per_element)
+        return _exact(2 * self.n_layers * self.n_kv_heads * self.head_dim * s)
+
+    def kv_cache_bytes(self, batch: int, context: int, bytes_per_element: float = 2) -> float:
+        """Bytes of the KV cache for ``batch`` sequences of ``context`` tokens each."""
+        B = check_positive_int("batch", batch)
+        S = check_positive_int("context", context)
+        return _exact(B * S * self.kv_cache_bytes_per_token(bytes_per_element))
+
+    def scaled(self, **changes) -> "TransformerConfig":
+        """A copy with some fields changed (validated again)."""
+        from dataclasses import replace
+        return replace(self, **changes)
 
 
 _MODELS = {
@@ -60,6 +409,8 @@ def get_model(name) -> TransformerConfig:
     """One of "llama3-8b", "llama3-70b", "llama3-405b" (a config passes through)."""
     if isinstance(name, TransformerConfig):
         return name
+    if not isinstance(name, str):
+        raise UnknownNameError(f"unknown model {name!r}; known models: {', '.join(_MODELS)}")
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-").replace("llama-3", "llama3")
     if key not in _MODELS:
         raise UnknownNameError(f"unknown model {name!r}; known models: {', '.join(_MODELS)}")
