@@ -183,13 +183,15 @@ def tiled_matmul_intensity(B: int, D: int, F: int, tile_b: int, tile_f: int,
 
 
 def contraction_split_times(B: int, D: int, F: int, chip, n_chips: int = 2,
-                            bytes_per_element: float = 2, dtype: str = "bf16") -> Bounds:
+                            bytes_per_element: float = 2, dtype: str = "bf16",
+                            bandwidth: float | None = None) -> Bounds:
     """X[B, D] @ Y[D, F] with D split over ``n_chips`` chips in a ring, summed by all-reduce.
 
     Each chip multiplies its [B, D/n] and [D/n, F] blocks (2 B D F / n FLOPs), then a ring
     all-reduce of the [B, F] partial sums sends 2 (n - 1) / n * B F s bytes per chip over
     one link. (For two chips that is one exchange of the partial sum.) HBM traffic is
-    ignored here: this is the network roofline.
+    ignored here: this is the network roofline. ``bandwidth`` (bytes/s, one direction)
+    defaults to one ICI/NVLink link of the chip.
     """
     B, D, F, n = _dims(B=B, D=D, F=F, n_chips=n_chips)
     if n < 2:
@@ -200,20 +202,21 @@ def contraction_split_times(B: int, D: int, F: int, chip, n_chips: int = 2,
     s = check_positive("bytes_per_element", bytes_per_element)
     flops = matmul_flops(B, D, F) / n
     comm = 2 * (n - 1) / n * B * F * s
-    return Bounds(compute=compute_time(flops, chip, dtype), memory=0.0,
-                  comm=comm_time(comm, chip.ici_link_bandwidth))
+    bw = chip.ici_link_bandwidth if bandwidth is None else bandwidth
+    return Bounds(compute=compute_time(flops, chip, dtype), memory=0.0, comm=comm_time(comm, bw))
 
 
 def min_contraction_to_hide_comm(chip, n_chips: int = 2, bytes_per_element: float = 2,
-                                 dtype: str = "bf16") -> float:
+                                 dtype: str = "bf16", bandwidth: float | None = None) -> float:
     """The D above which the all-reduce of a split contraction hides behind compute.
 
     From 2 B D F / (n C) >= 2 (n - 1) B F s / (n W):  D >= (n - 1) s C / W, with C the
-    peak FLOP/s and W one link's bandwidth. B and F cancel.
+    peak FLOP/s and W the bandwidth each chip sends with (default: one link). B and F cancel.
     """
     chip = get_chip(chip)
     n = check_positive_int("n_chips", n_chips)
     if n < 2:
         raise ValueError(f"n_chips must be at least 2; got {n}")
     s = check_positive("bytes_per_element", bytes_per_element)
-    return (n - 1) * s * chip.peak_flops(dtype) / chip.ici_link_bandwidth
+    bw = chip.ici_link_bandwidth if bandwidth is None else check_positive("bandwidth (bytes/s)", bandwidth)
+    return (n - 1) * s * chip.peak_flops(dtype) / bw

@@ -67,7 +67,7 @@ if importlib.util.find_spec("scalebook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
     importlib.invalidate_caches()
 import scalebook
-scalebook.setup()'''
+setup_info = scalebook.setup()'''
 
 
 def _cell(kind: str, source: str, tags=None) -> dict:
