@@ -58,7 +58,12 @@ _ALIASES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "
 
 def dtype_bytes(dtype) -> float:
     """Bytes per element of a dtype given as an HLO name ("bf16") or a NumPy/JAX dtype."""
-    name = str(getattr(dtype, "name", dtype)).strip().lower()
+    if not isinstance(dtype, str):
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            raise ValueError(f"dtype {dtype!r} is not a dtype") from None
+    name = dtype.strip().lower()
     name = _ALIASES.get(name, name)
     if name not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} is not one this module knows; known: "
