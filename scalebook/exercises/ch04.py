@@ -1,0 +1,290 @@
+"""Chapter 4 exercises: transformer arithmetic. Reference answers are computed from scalebook."""
+
+from __future__ import annotations
+
+import math
+
+from ..hardware import get_chip
+from ..models import TransformerConfig, get_model
+from . import ChoiceExercise, CodeExercise, NumericExercise, _as_number, register
+
+
+def _close(a, b, rtol=0.02):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+def _m(name):
+    return get_model(name)
+
+
+# 4.1 ------------------------------------------------------------------------------------
+def _attn_70b():
+    return _m("llama3-70b").attention_params_per_layer()
+
+
+def _attn_70b_mha():
+    m = _m("llama3-70b")
+    return 4 * m.d_model * m.q_dim
+
+
+register(NumericExercise(
+    id="4.1", title="Attention parameters of one 70B layer", unit="parameters", integer=True,
+    reference=_attn_70b,
+    hints=[
+        (lambda a: a == _attn_70b_mha(),
+         "that is multi-head attention: k and v have only n_kv_heads heads (grouped-query attention)."),
+        (lambda a: a == _attn_70b() // 2 or a == 2 * _m("llama3-70b").d_model * _m("llama3-70b").q_dim,
+         "count all four matrices: q, k, v and the output projection o."),
+        (lambda a: a == _attn_70b() * _m("llama3-70b").n_layers,
+         "that is all 80 layers; the question asks for one layer."),
+    ],
+))
+
+
+# 4.2 ------------------------------------------------------------------------------------
+def _mlp_share_405b():
+    return _m("llama3-405b").param_breakdown().shares()["mlp"]
+
+
+register(NumericExercise(
+    id="4.2", title="MLP share of LLaMA-3 405B", unit="fraction (0 to 1)", rtol=0.01,
+    reference=_mlp_share_405b,
+    hints=[
+        (lambda a: _close(a, 100 * _mlp_share_405b()), "give a fraction between 0 and 1, not a percentage."),
+        (lambda a: _close(a, 2 / 3 * _mlp_share_405b(), 0.03),
+         "the gated (SwiGLU) MLP has three matrices: gate, up and down."),
+        (lambda a: _close(a, _m("llama3-405b").param_breakdown().shares()["attention"]),
+         "that is the attention share."),
+    ],
+))
+
+
+# 4.3 ------------------------------------------------------------------------------------
+def _tied_8b():
+    return _m("llama3-8b").scaled(tied_embeddings=True).num_params()
+
+
+register(NumericExercise(
+    id="4.3", title="LLaMA-3 8B with tied embeddings", unit="parameters", integer=True,
+    reference=_tied_8b,
+    hints=[
+        (lambda a: a == _m("llama3-8b").num_params(),
+         "that is the untied count: tying removes the separate output head."),
+        (lambda a: a == _tied_8b() - _m("llama3-8b").param_breakdown().embedding,
+         "you removed the V x d table twice: the tied model still has one copy."),
+    ],
+))
+
+
+# 4.4 ------------------------------------------------------------------------------------
+def _flops_70b():
+    return _m("llama3-70b").training_flops(15e12)
+
+
+register(NumericExercise(
+    id="4.4", title="Training compute of 70B on 15T tokens", unit="FLOPs", rtol=0.02,
+    reference=_flops_70b,
+    hints=[
+        (lambda a: _close(a, _flops_70b() / 3), "that is the forward pass only (2 N per token); "
+                                                "the backward pass costs twice the forward."),
+        (lambda a: _close(a, _flops_70b() * 2 / 3), "that is the backward pass only; add the forward."),
+        (lambda a: _close(a, _flops_70b() / 6), "that is N D; each parameter costs 6 FLOPs per training token."),
+    ],
+))
+
+
+# 4.5 ------------------------------------------------------------------------------------
+_GPUS_45, _MFU_45 = 16_384, 0.40
+
+
+def _days_405b(mfu=_MFU_45):
+    flops = _m("llama3-405b").training_flops(15.6e12)
+    return flops / (_GPUS_45 * get_chip("gpu-h100").bf16_flops * mfu) / 86_400
+
+
+register(NumericExercise(
+    id="4.5", title="Days to train 405B", unit="days", rtol=0.03,
+    reference=_days_405b,
+    hints=[
+        (lambda a: _close(a, _days_405b(1.0), 0.03), "that is at 100% of peak; the GPUs reach 40% of it (MFU)."),
+        (lambda a: _close(a, _days_405b() * 86_400, 0.03), "that is in seconds; convert to days."),
+        (lambda a: _close(a, _days_405b() * 24, 0.03), "that is in hours; convert to days."),
+    ],
+))
+
+
+# 4.6 ------------------------------------------------------------------------------------
+def _crossover(name="llama3-8b", dense=None):
+    m = _m(name)
+    dense = m.dense_flops_per_token() if dense is None else dense
+    return dense / m.attention_flops_per_token(1)       # attention is linear in S
+
+
+register(NumericExercise(
+    id="4.6", title="When attention costs as much as the weights", unit="tokens", rtol=0.02,
+    reference=_crossover,
+    hints=[
+        (lambda a: _close(a, _crossover(dense=2 * _m("llama3-8b").num_params())),
+         "2 N counts the embedding lookup and the norms as matmuls; use the matmul parameters "
+         "only (attention, MLP, output head)."),
+        (lambda a: _close(a, 2 * _crossover()), "count the full S x S score matrix (causal=False), "
+                                                "both q.k and the weighted sum of v."),
+        (lambda a: _close(a, _crossover() * _m("llama3-8b").group_size),
+         "the attention matmuls involve every query head (n_heads), not only the key/value heads."),
+    ],
+))
+
+
+# 4.7 ------------------------------------------------------------------------------------
+def _kv_70b(bpe=2):
+    return _m("llama3-70b").kv_cache_bytes_per_token(bpe)
+
+
+register(NumericExercise(
+    id="4.7", title="KV cache per token of 70B", unit="bytes", rtol=0.001,
+    reference=_kv_70b,
+    hints=[
+        (lambda a: _close(a, _kv_70b() * _m("llama3-70b").group_size, 0.001),
+         "8x too large: only the n_kv_heads = 8 key/value heads are cached, not all 64 query heads."),
+        (lambda a: _close(a, _kv_70b() / 2, 0.001), "2x too small: cache both keys and values."),
+        (lambda a: _close(a, _kv_70b(4), 0.001), "that is fp32; the cache here is bf16 (2 bytes)."),
+        (lambda a: _close(a, _kv_70b() / _m("llama3-70b").n_layers, 0.001), "that is one layer; every layer keeps its own keys and values."),
+    ],
+))
+
+
+# 4.8 ------------------------------------------------------------------------------------
+_GPUS_48, _CTX_48 = 8, 8192
+
+
+def _max_batch(include_weights=True, kv_per_token=None):
+    m = _m("llama3-70b")
+    free = _GPUS_48 * get_chip("gpu-h100").hbm_bytes - (m.weight_bytes(2) if include_weights else 0)
+    per_seq = (m.kv_cache_bytes(1, _CTX_48) if kv_per_token is None else kv_per_token * _CTX_48)
+    return math.floor(free / per_seq)
+
+
+register(NumericExercise(
+    id="4.8", title="Largest 8K-context batch for 70B on 8 H100s", unit="sequences", integer=True,
+    reference=_max_batch,
+    hints=[
+        (lambda a: a == _max_batch(include_weights=False), "the bf16 weights take their share of HBM first."),
+        (lambda a: a == _max_batch() + 1, "one too many: round down, a partial sequence does not fit."),
+        (lambda a: a == _max_batch(kv_per_token=_kv_70b() * _m("llama3-70b").group_size),
+         "the cache holds n_kv_heads key/value heads per layer, not n_heads."),
+    ],
+))
+
+
+# 4.9 ------------------------------------------------------------------------------------
+def _train_mem_70b(**kw):
+    return _m("llama3-70b").training_memory(**kw).total
+
+
+register(NumericExercise(
+    id="4.9", title="Memory to train 70B with Adam", unit="bytes", rtol=0.02,
+    reference=_train_mem_70b,
+    hints=[
+        (lambda a: _close(a, _train_mem_70b(grad_bytes=0)), "you left out the bf16 gradients."),
+        (lambda a: _close(a, _train_mem_70b(master_bytes=0)), "you left out the fp32 master copy of the weights."),
+        (lambda a: _close(a, _train_mem_70b(optimizer_bytes=4)), "Adam keeps two moments per parameter (m and v), 4 bytes each."),
+        (lambda a: _close(a, _train_mem_70b(grad_bytes=4)), "the gradients are bf16 here (2 bytes), not fp32."),
+        (lambda a: _close(a, _m("llama3-70b").weight_bytes(2)), "that is only the bf16 weights."),
+    ],
+))
+
+
+# 4.10 -----------------------------------------------------------------------------------
+def _remat_ratio():
+    m = _m("llama3-70b")
+    return m.activation_bytes_per_token(remat=False) / m.activation_bytes_per_token(remat=True)
+
+
+def _remat_ratio_no_extra_layer():
+    m = _m("llama3-70b")
+    head = 2 * m.d_model + m.vocab_size
+    return m.activation_bytes_per_token(remat=False) / (2 * (m.n_layers * m.d_model + head))
+
+
+register(NumericExercise(
+    id="4.10", title="What rematerialisation saves on 70B", unit="ratio (no remat / full remat)",
+    rtol=0.02, reference=_remat_ratio,
+    hints=[
+        (lambda a: _close(a, _remat_ratio_no_extra_layer()),
+         "during the backward pass one layer is recomputed, so its full activations are alive too."),
+        (lambda a: _close(a, 1 / _remat_ratio()), "upside down: divide without-remat by with-remat."),
+    ],
+))
+
+
+# 4.11 -----------------------------------------------------------------------------------
+def _kv_ref(n_layers, n_kv_heads, head_dim, batch, context, bytes_per_element):
+    c = TransformerConfig("x", n_layers=n_layers, d_model=64, n_heads=n_kv_heads, n_kv_heads=n_kv_heads,
+                          head_dim=head_dim, d_ff=64, vocab_size=64)
+    return c.kv_cache_bytes(batch, context, bytes_per_element)
+
+
+_CASES_11 = [(80, 8, 128, 1, 8192, 2), (32, 8, 128, 16, 4096, 2), (126, 8, 128, 4, 131072, 1),
+             (2, 1, 64, 3, 100, 4), (12, 12, 64, 8, 1024, 2)]
+
+register(CodeExercise(
+    id="4.11", title="KV cache size, in code", reference=_kv_ref, cases=_CASES_11, rtol=1e-9,
+    describe=lambda L, K, h, B, S, s: f"n_layers={L}, n_kv_heads={K}, head_dim={h}, batch={B}, "
+                                      f"context={S}, bytes_per_element={s}",
+    hints=[
+        (lambda got, want, args: _close(_as_number(got), want / 2, 1e-9), "keys AND values: a factor 2."),
+        (lambda got, want, args: _close(_as_number(got), want / args[3], 1e-9), "multiply by the batch."),
+        (lambda got, want, args: _close(_as_number(got), want / args[5], 1e-9), "multiply by bytes_per_element."),
+    ],
+))
+
+
+# 4.12 -----------------------------------------------------------------------------------
+def _params_ref(n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab_size, tied):
+    return TransformerConfig("x", n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+                             n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff,
+                             vocab_size=vocab_size, tied_embeddings=tied).num_params()
+
+
+def _norms(args):
+    return (2 * args[0] + 1) * args[1]
+
+
+_CASES_12 = [(32, 4096, 32, 8, 128, 14336, 128256, False),
+             (2, 64, 4, 2, 16, 160, 100, True),
+             (3, 96, 2, 1, 64, 256, 300, False),      # n_heads * head_dim != d_model
+             (126, 16384, 128, 8, 128, 53248, 128256, False)]
+
+register(CodeExercise(
+    id="4.12", title="Parameter count, in code", reference=_params_ref, cases=_CASES_12,
+    compare=lambda got, want: _as_number(got) == want,
+    describe=lambda L, d, H, K, h, F, V, t: f"L={L}, d={d}, H={H}, K={K}, h={h}, F={F}, V={V}, tied={t}",
+    hints=[
+        (lambda got, want, args: _as_number(got) == want - _norms(args),
+         "the RMSNorm gains count too: two per layer and a final one, d each."),
+        (lambda got, want, args: _as_number(got) == want - args[1] * args[6] and args[7] is False,
+         "untied: the output head is a separate V x d matrix."),
+        (lambda got, want, args: _as_number(got) == want + args[1] * args[6] and args[7] is True,
+         "tied: the output head reuses the embedding, so count V x d once."),
+        (lambda got, want, args: _as_number(got) == want + 2 * args[0] * args[1] * (args[2] - args[3]) * args[4],
+         "k and v have n_kv_heads heads, not n_heads."),
+        (lambda got, want, args: _as_number(got) == want + 2 * args[0] * args[1] * (args[1] - args[2] * args[4]),
+         "the q and o projections are d x (n_heads head_dim), which need not equal d x d."),
+    ],
+))
+
+
+# 4.13 -----------------------------------------------------------------------------------
+def _which_dominates():
+    m = _m("llama3-8b")
+    S = 131_072
+    return "attention" if m.attention_flops_per_token(S) > m.dense_flops_per_token() else "weights"
+
+
+register(ChoiceExercise(
+    id="4.13", title="8B at 128K context: what dominates the FLOPs?", choices=("attention", "weights"),
+    reference=_which_dominates,
+    hints={"weights": "compare 4 L S H h with 2 x (matmul parameters) at S = 131,072: the "
+                      "attention term grows with S (your answer to 4.6 is the crossover).",
+           "attention": "compare 4 L S H h with 2 x (matmul parameters) at S = 131,072."},
+))
