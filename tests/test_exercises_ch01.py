@@ -1,0 +1,151 @@
+"""Chapter 1's exercise checks accept right answers, reject wrong ones, and never raise.
+
+The right answers here are worked by hand from the chip and model figures, independently of
+the references in scalebook/exercises/ch01.py."""
+
+import math
+
+import numpy as np
+import pytest
+
+from scalebook.exercises import evaluate
+from scalebook.hardware import get_chip
+
+v5e, v5p, v6e, h100 = (get_chip(n) for n in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100"))
+D70, F70 = 8192, 28672     # LLaMA-3 70B d_model, d_ff (paper, Table 3)
+
+
+def smallest_batch(D, F, I, s=2, sw=2):
+    B = 1
+    while 2 * B * D * F < I * (s * B * D + sw * D * F + s * B * F):
+        B += 1
+    return B
+
+
+def t_math_1_1():
+    return 2 * 4096 * 8192 * 8192 / v5p.bf16_flops
+
+
+RIGHT = {
+    "1.1": t_math_1_1(),
+    "1.2": 1 / 6,
+    "1.3": 1.979e15 / 3.35e12,
+    "1.4": smallest_batch(F70, D70, h100.critical_intensity),
+    "1.5": smallest_batch(D70, F70, v5e.critical_intensity, sw=1),
+    "1.6": 2 * 1.97e14 / 5e10,
+    "1.7": 512,
+    "1.8": "memory",
+}
+
+WRONG = {
+    "1.1": [2 * (4096 * 8192 * 2 + 8192 * 8192) / v5p.hbm_bandwidth, t_math_1_1() / 2, t_math_1_1() * 1e3,
+            t_math_1_1() + 2 * (4096 * 8192 * 2 + 8192**2) / v5p.hbm_bandwidth],
+    "1.2": [0.25, 1 / 3, 1 / 12],
+    "1.3": [h100.critical_intensity, 1.979e15 / 3.35e12 / 1e3],
+    "1.4": [296, 295, RIGHT["1.4"] - 1, RIGHT["1.4"] + 1, 2 * RIGHT["1.4"]],
+    "1.5": [smallest_batch(D70, F70, v5e.critical_intensity), RIGHT["1.5"] - 1],
+    "1.6": [1.97e14 / 5e10, 4 * 1.97e14 / 5e10],
+    "1.7": [481, 384, 640],
+    "1.8": ["compute"],
+}
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_right_answers_are_accepted(ex):
+    r = evaluate(ex, RIGHT[ex])
+    assert r.correct, r
+
+
+def test_estimates_within_tolerance_are_accepted():
+    assert evaluate("1.1", 1.2e-3).correct          # rounded to 2 figures
+    assert evaluate("1.6", 7900).correct
+    assert evaluate("1.3", np.float32(591)).correct  # NumPy scalars are numbers too
+    assert evaluate("1.8", " Memory ").correct
+
+
+@pytest.mark.parametrize("ex,answer", [(ex, a) for ex, answers in WRONG.items() for a in answers])
+def test_wrong_answers_are_rejected_with_a_hint(ex, answer):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong", r
+    assert r.message.startswith("not yet:"), r
+
+
+def test_specific_hints():
+    assert "memory time" in evaluate("1.1", WRONG["1.1"][0]).message
+    assert "2 FLOPs" in evaluate("1.1", t_math_1_1() / 2).message
+    assert "upper bound" in evaluate("1.1", WRONG["1.1"][3]).message
+    assert "units" in evaluate("1.1", t_math_1_1() * 1e3).message
+    assert "written" in evaluate("1.2", 0.25).message
+    assert "bf16 critical intensity" in evaluate("1.3", h100.critical_intensity).message
+    assert "approximation" in evaluate("1.4", 296).message
+    assert "multiple of 128" in evaluate("1.7", 481).message
+
+
+@pytest.mark.parametrize("ex", [f"1.{k}" for k in range(1, 11)])
+@pytest.mark.parametrize("bad", ["0.0012", None, [1, 2], float("nan"), True, {"a": 1}, object()])
+def test_malformed_answers_never_raise(ex, bad):
+    r = evaluate(ex, bad)
+    assert r.status in ("wrong", "not attempted"), r
+
+
+@pytest.mark.parametrize("ex", [f"1.{k}" for k in range(1, 11)])
+def test_ellipsis_is_not_attempted(ex):
+    assert evaluate(ex, ...).status == "not attempted"
+
+
+def test_whole_numbers_required_for_batches():
+    r = evaluate("1.4", RIGHT["1.4"] + 0.5)
+    assert r.status == "wrong" and "whole number" in r.message
+    assert evaluate("1.4", float(RIGHT["1.4"])).correct
+
+
+# ---- code answers ------------------------------------------------------------------------------
+
+def good_bounds(B, D, F, chip):
+    c = get_chip(chip)
+    t = (2 * B * D * F / c.bf16_flops, 2 * (B * D + D * F + B * F) / c.hbm_bandwidth)
+    return max(t), sum(t)
+
+
+def test_code_1_9_right():
+    assert evaluate("1.9", good_bounds).correct
+    assert evaluate("1.9", lambda *a: list(good_bounds(*a))).correct
+
+
+def test_code_1_9_wrong():
+    swapped = lambda *a: good_bounds(*a)[::-1]
+    r = evaluate("1.9", swapped)
+    assert r.status == "wrong" and "lower bound comes first" in r.message
+    # Right on memory-bound shapes, wrong on compute-bound ones (FLOPs counted once):
+    def half_flops(B, D, F, chip):
+        c = get_chip(chip)
+        t = (B * D * F / c.bf16_flops, 2 * (B * D + D * F + B * F) / c.hbm_bandwidth)
+        return max(t), sum(t)
+    assert good_bounds(1, 8192, 28672, "tpu-v5e")[0] == half_flops(1, 8192, 28672, "tpu-v5e")[0]
+    assert evaluate("1.9", half_flops).status == "wrong"
+    # Ignoring the output bytes: close but not right.
+    def no_output(B, D, F, chip):
+        c = get_chip(chip)
+        t = (2 * B * D * F / c.bf16_flops, 2 * (B * D + D * F) / c.hbm_bandwidth)
+        return max(t), sum(t)
+    assert evaluate("1.9", no_output).status == "wrong"
+    assert evaluate("1.9", lambda *a: 1.0).status == "wrong"
+    r = evaluate("1.9", lambda B, D, F, chip: get_chip(chip).bogus)
+    assert r.status == "wrong" and "AttributeError" in r.message
+
+
+def good_batch(D, F, chip):
+    return smallest_batch(D, F, get_chip(chip).critical_intensity)
+
+
+def test_code_1_10():
+    assert evaluate("1.10", good_batch).correct
+    approx = lambda D, F, chip: math.ceil(get_chip(chip).critical_intensity)
+    r = evaluate("1.10", approx)
+    assert r.status == "wrong" and "ignores the weight" in r.message
+    assert evaluate("1.10", lambda *a: good_batch(*a) - 1).status == "wrong"
+    # Right only for the first case: a special case cannot pass.
+    first = good_batch(8192, 28672, "tpu-v5e")
+    assert evaluate("1.10", lambda *a: first).status == "wrong"
+    assert evaluate("1.10", lambda *a: None).status == "not attempted"
+    assert evaluate("1.10", "310").status == "wrong"
