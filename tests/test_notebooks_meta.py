@@ -1,0 +1,114 @@
+"""Rules every chapter notebook follows, checked on the stored files.
+
+* the first cell is the Colab badge for this notebook, built from _config.yml's repository;
+* the second cell is the standard set-up cell (identical everywhere, same install source);
+* every code cell has been run and no stored output is an error or shows a path of this machine;
+* every exercise in a chapter has its check cell, a registered check, and a solution in the
+  solutions notebook that links to it; every solution's check is stored as correct;
+* the table of contents lists every notebook.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import notebooks as nbtool  # noqa: E402
+
+from scalebook.exercises import exercise_ids  # noqa: E402
+
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+ALL = CHAPTERS + SOLUTIONS
+MACHINE_PATH = re.compile(r"/(work|tmp|root|home)/|site-packages|/usr/local/lib/python")
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def src(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_there_is_a_solutions_notebook_for_every_chapter():
+    assert CHAPTERS, "no chapter notebooks found"
+    assert [p.name for p in CHAPTERS] == [p.name for p in SOLUTIONS]
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_badge_and_setup_cells(path):
+    cells = load(path)["cells"]
+    assert src(cells[0]) == nbtool.badge_source(path), "run tools/notebooks.py sync"
+    assert "colab.research.google.com/github/" in src(cells[0])
+    assert cells[1]["cell_type"] == "code" and src(cells[1]) == nbtool.setup_source()
+    assert nbtool.install_source() in src(cells[1])
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_cells_are_run_and_outputs_clean(path):
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell["execution_count"] is not None, f"cell {i} has not been run"
+        for out in cell["outputs"]:
+            assert out["output_type"] != "error", f"cell {i} stores an error"
+            text = json.dumps(out.get("text", "")) + json.dumps(out.get("data", {}).get("text/plain", ""))
+            assert not MACHINE_PATH.search(text), f"cell {i} shows a path of this machine"
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_ignored_outputs_say_why(path):
+    for i, cell in enumerate(load(path)["cells"]):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "nbval-ignore-output" in tags or "nbval-skip" in tags:
+            assert "#" in src(cell).split("\n")[0] or "# " in src(cell), f"cell {i}: say why its output is ignored"
+
+
+def _exercises(path):
+    """(id, index of the markdown cell) for each exercise directive."""
+    found = []
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] == "markdown":
+            for m in re.finditer(r"```\{exercise\}\s*(\d+\.\d+)\b.*\n:label: ex-(\d+)-(\d+)", src(cell)):
+                assert m.group(1) == f"{m.group(2)}.{m.group(3)}", f"title {m.group(1)} vs label"
+                found.append((m.group(1), i))
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_exercise_has_a_check_and_a_solution(path):
+    cells = load(path)["cells"]
+    found = _exercises(path)
+    assert found, "a chapter ends with exercises"
+    chapter = int(path.name[:2])
+    registered = [e for e in exercise_ids() if e.split(".")[0] == str(chapter)]
+    assert sorted(e for e, _ in found) == sorted(registered)
+    solutions = load(ROOT / "solutions" / path.name)["cells"]
+    sol_text = "\n".join(src(c) for c in solutions)
+    for ex_id, i in found:
+        follow = src(cells[i + 1])
+        assert f'check("{ex_id}"' in follow, f"the cell after exercise {ex_id} must call its check"
+        assert "not attempted yet" in "".join("".join(o.get("text", "")) for o in cells[i + 1]["outputs"]), \
+            f"the chapter stores exercise {ex_id} unanswered"
+        label = "ex-" + ex_id.replace(".", "-")
+        assert re.search(r"```\{solution\} " + label + r"\s*\n:label: sol-", sol_text), f"no solution for {label}"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_every_solution_check_passes(path):
+    for cell in load(path)["cells"]:
+        if cell["cell_type"] == "code" and 'check("' in src(cell):
+            ex = re.search(r'check\("(\d+\.\d+)"', src(cell)).group(1)
+            out = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+            assert f"✔ Exercise {ex}: correct" in out, f"solution {ex} does not pass its own check"
+
+
+def test_toc_lists_every_page():
+    toc = (ROOT / "_toc.yml").read_text()
+    for path in ALL:
+        assert f"file: {path.parent.name}/{path.stem}\n" in toc, f"{path} is not in _toc.yml"
