@@ -1,0 +1,382 @@
+"""Chapter 3 exercises: sharded matrices and collectives.
+
+Reference answers are computed from scalebook (comms, roofline, hardware, models). The code
+exercises run the student's program on the 2x4 mesh of the notebook (``scalebook.setup()``
+must have run), compare the numbers with an unsharded computation, and read the compiled
+program with :func:`scalebook.comms.collectives` to check which collectives it contains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import comms
+from .. import roofline as rl
+from ..hardware import get_chip
+from ..models import get_model
+from . import CORRECT, UNANSWERED, WRONG, ChoiceExercise, Exercise, NumericExercise, register
+
+__all__ = ["MeshProgramExercise", "MESH_SHAPE", "MESH_AXES"]
+
+MESH_SHAPE, MESH_AXES = (2, 4), ("x", "y")
+
+
+def _close(a, b, rtol=0.03):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+def _70b():
+    return get_model("llama3-70b")
+
+
+# 3.1 -------------------------------------------------------------------------------------
+def _w_up_bytes(bytes_per_element=2):
+    m = _70b()
+    return m.d_model * m.d_ff * bytes_per_element
+
+
+def _ex1(bytes_per_element=2):
+    return comms.ring_bytes("all-gather", _w_up_bytes(bytes_per_element), 16)
+
+
+register(NumericExercise(
+    id="3.1", title="Bytes of an FSDP all-gather", unit="bytes", reference=_ex1,
+    hints=[
+        (lambda a: _close(a, _w_up_bytes()), "that is the whole matrix; a device already holds "
+         "its own 1/n and receives (and forwards) the other n - 1 shards."),
+        (lambda a: _close(a, _w_up_bytes() / 16), "that is one shard. In a ring every device "
+         "passes on n - 1 shards."),
+        (lambda a: _close(a, _ex1(4)), "bf16 takes 2 bytes per element, not 4."),
+    ],
+))
+
+
+# 3.2 -------------------------------------------------------------------------------------
+def _ex2(topology="torus"):
+    return comms.collective_time("all-reduce", _w_up_bytes(), 8, "tpu-v5p", topology=topology)
+
+
+register(NumericExercise(
+    id="3.2", title="All-reduce of a gradient on a v5p axis", unit="s", reference=_ex2,
+    hints=[
+        (lambda a: _close(a, _ex2("ring")), "that is a one-way ring. A torus axis with "
+         "wraparound sends half the data each way, over two links."),
+        (lambda a: _close(a, _ex2() / 2), "an all-reduce is a reduce-scatter and then an "
+         "all-gather: 2 (n - 1) / n times the array."),
+    ],
+))
+
+
+# 3.3 - 3.5 -------------------------------------------------------------------------------
+_KINDS = ("none", "all-gather", "reduce-scatter", "all-reduce", "all-to-all")
+
+register(ChoiceExercise(
+    id="3.3", title="Contraction sharded on both sides", choices=_KINDS,
+    reference=lambda: "all-reduce",
+    hints={"reduce-scatter": "a reduce-scatter leaves C[I, K_X] sharded; here every device "
+                             "must end with the whole C.",
+           "all-gather": "gathering A and B would work but moves the inputs; the partial sums "
+                         "are already computed locally. What combines partial sums?",
+           "none": "each device holds only part of the sum over J: the results must be added.",
+           "all-to-all": "nothing is being transposed between dimensions; partial sums must be added."},
+))
+
+register(ChoiceExercise(
+    id="3.4", title="Both operands sharded on the same axis", choices=_KINDS,
+    reference=lambda: "all-gather",
+    hints={"none": "C[I_X, K_X] is not a valid sharding: a mesh axis may shard only one "
+                   "dimension. One operand has to be made whole along X first.",
+           "all-reduce": "there are no partial sums: J is not sharded.",
+           "reduce-scatter": "there are no partial sums to reduce: J is not sharded.",
+           "all-to-all": "an all-to-all would move B's sharding to J, which is not what is asked; "
+                         "to get C[I_X, K] each device needs all of B's columns."},
+))
+
+register(ChoiceExercise(
+    id="3.5", title="Move a sharding from rows to columns", choices=_KINDS,
+    reference=lambda: "all-to-all",
+    hints={"all-gather": "an all-gather then a local slice works but holds the whole array "
+                         "for a moment and moves n times more data.",
+           "none": "the device that holds rows 0..I/n must receive pieces of every other row.",
+           "all-reduce": "nothing is summed.", "reduce-scatter": "nothing is summed."},
+))
+
+
+# 3.6 -------------------------------------------------------------------------------------
+def _a2a_bytes():
+    return 4096 * _70b().d_model * 2
+
+
+def _ex6():
+    return comms.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e", topology="torus")
+
+
+register(NumericExercise(
+    id="3.6", title="All-to-all on a bidirectional ring", unit="s", reference=_ex6,
+    hints=[
+        (lambda a: _close(a, comms.ring_bytes("all-to-all", _a2a_bytes(), 16)
+                          / (2 * get_chip("tpu-v5e").ici_link_bandwidth)),
+         "that counts each block once, but a block for a device d steps away crosses "
+         "min(d, n - d) links on its way."),
+        (lambda a: _close(a, comms.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e",
+                                                   topology="ring")),
+         "that is a one-way ring; the torus axis sends each block the shorter way round."),
+    ],
+))
+
+
+# 3.7 -------------------------------------------------------------------------------------
+def _ex7(topology="torus", n=16):
+    m = _70b()
+    t_gather = comms.collective_time("all-gather", _w_up_bytes(), n, "tpu-v5p", topology=topology)
+    t_per_token = rl.compute_time(rl.matmul_flops(1, m.d_model, m.d_ff), "tpu-v5p")
+    return t_gather / t_per_token
+
+
+register(NumericExercise(
+    id="3.7", title="Tokens per chip to hide the FSDP all-gather", unit="tokens", reference=_ex7,
+    hints=[
+        (lambda a: _close(a, _ex7("ring")), "a torus axis sends both ways: half the time of a ring."),
+        (lambda a: _close(a, _ex7() * 16 / 15), "keep the (n - 1) / n of the ring all-gather."),
+        (lambda a: _close(a, _ex7() * 2), "the matmul does 2 FLOPs per multiply-add."),
+    ],
+))
+
+
+# 3.8 -------------------------------------------------------------------------------------
+def _ex8(axes=(4, 4, 4)):
+    return comms.collective_time("reduce-scatter", _70b().params_per_layer() * 2, axes, "tpu-v5p")
+
+
+register(NumericExercise(
+    id="3.8", title="Reduce-scatter of one layer's gradients", unit="s", reference=_ex8,
+    hints=[
+        (lambda a: _close(a, _ex8(64)), "the 64 chips form three torus axes; a collective over "
+         "all of them uses the links of all three (divide by 3)."),
+        (lambda a: _close(a, 2 * _ex8()), "a reduce-scatter is half an all-reduce: (n - 1) / n "
+         "times the array."),
+    ],
+))
+
+
+# 3.9 -------------------------------------------------------------------------------------
+def _ex9(n=8, matmuls=3):
+    m = _70b()
+    B = 4096
+    t_comm = comms.collective_time("all-reduce", B * m.d_model * 2, n, "tpu-v5p")
+    t_math = rl.compute_time(matmuls * rl.matmul_flops(B, m.d_model, m.d_ff) / n, "tpu-v5p")
+    return t_comm / t_math
+
+
+register(NumericExercise(
+    id="3.9", title="Tensor-parallel MLP: communication over compute", unit="(ratio)",
+    reference=_ex9,
+    hints=[
+        (lambda a: _close(a, _ex9(matmuls=1)), "the gated MLP has three matmuls (gate, up, down), "
+         "all sharded over the 8 chips."),
+        (lambda a: _close(a, _ex9(matmuls=2)), "LLaMA's MLP is gated: gate, up and down are "
+         "three matmuls."),
+    ],
+))
+
+
+# ------------------------------------------------------------------------------------------
+# Code exercises run on the mesh
+# ------------------------------------------------------------------------------------------
+
+class _NotAttempted(Exception):
+    pass
+
+
+def _mesh():
+    from ..mesh import make_mesh
+    return make_mesh(MESH_SHAPE, MESH_AXES)
+
+
+@dataclass
+class MeshProgramExercise(Exercise):
+    """A code answer that becomes a program on the 2x4 mesh.
+
+    ``build(answer, case, mesh)`` returns ``(jitted_fn, args)``; the check compiles it,
+    runs it, compares the output with ``expected(case, *args)`` (numbers) and asks
+    ``collectives_ok(records, case)`` for an error message (or None) about the compiled
+    program's collectives. Each case is a different shape, so a program that only works
+    for one shape does not pass.
+    """
+
+    build: Callable = None
+    expected: Callable = None
+    collectives_ok: Callable = None
+    cases: list = field(default_factory=list)
+    describe: Callable = None
+    error_hints: list = field(default_factory=list)   # (substring of an error, message)
+    rtol: float = 1e-5
+
+    def evaluate(self, answer) -> "Result":  # noqa: F821
+        import numpy as np
+
+        if answer is Ellipsis or answer is None:
+            return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
+        if not callable(answer):
+            return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
+        mesh = _mesh()
+        for case in self.cases:
+            label = self.describe(*case) if self.describe else repr(case)
+            try:
+                fn, args = self.build(answer, case, mesh)
+                compiled = fn.lower(*args).compile()
+                got = np.asarray(compiled(*args))
+            except _NotAttempted:
+                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            except Exception as e:  # the student's code: report, never raise
+                text = f"{type(e).__name__}: {e}"
+                for needle, message in self.error_hints:
+                    if needle in text:
+                        return self._result(WRONG, f"not yet ({label}): {message}")
+                return self._result(WRONG, f"your program failed for {label}: {text[:400]}")
+            want = np.asarray(self.expected(case, *args))
+            if got.shape != want.shape:
+                return self._result(WRONG, f"not yet: for {label} the result has shape "
+                                           f"{got.shape}, expected {want.shape}.")
+            if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
+                return self._result(WRONG, f"not yet: wrong numbers for {label}.")
+            records = comms.collectives(compiled)
+            problem = self.collectives_ok(records, case)
+            if problem:
+                kinds = ", ".join(r.kind for r in records) or "none"
+                return self._result(WRONG, f"the numbers are right for {label}, but {problem} "
+                                           f"(the compiled program has: {kinds}).")
+        return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
+                                     f"and the intended collectives.")
+
+
+def _inputs(shapes, seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _guard(answer):
+    def body(*blocks):
+        out = answer(*blocks)
+        if out is None:
+            raise _NotAttempted
+        return out
+    return body
+
+
+def _only_kinds(records, allowed):
+    return [r for r in records if r.kind not in allowed]
+
+
+# 3.10 FSDP matmul: all-gather the weight ---------------------------------------------------
+def _build_fsdp(answer, case, mesh):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    B, D, F = case
+    x, w = _inputs([(B, D), (D, F)], seed=B + D + F)
+    x = jax.device_put(x, NamedSharding(mesh, P("x", None)))
+    w = jax.device_put(w, NamedSharding(mesh, P("y", None)))
+    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=(P("x", None), P("y", None)),
+                               out_specs=P("x", None)))
+    return fn, (x, w)
+
+
+def _fsdp_collectives(records, case):
+    B, D, F = case
+    ag = [r for r in records if r.kind == "all-gather"]
+    if _only_kinds(records, ("all-gather",)):
+        return "FSDP gathers the weight and needs no other collective"
+    if len(ag) != 1 or ag[0].group_size != 4:
+        return "expected one all-gather of w over the 4 devices of axis 'y'"
+    if not math.isclose(ag[0].bytes_per_device, comms.ring_bytes("all-gather", D * F * 4, 4)):
+        return "the all-gather should move the weight w (not the activations)"
+    return None
+
+
+register(MeshProgramExercise(
+    id="3.10", title="An FSDP matmul in shard_map",
+    build=_build_fsdp, expected=lambda case, x, w: x @ w, collectives_ok=_fsdp_collectives,
+    cases=[(8, 16, 32), (16, 64, 8), (4, 32, 24)],
+    describe=lambda B, D, F: f"x[{B},{D}] @ w[{D},{F}]",
+    error_hints=[("check_vma", "the result is the same on every 'y' device, so gather with "
+                               "jax.lax.all_gather(..., tiled=True, to='invarying')."),
+                 ("dot_general requires contracting dimensions to have the same shape",
+                  "x_block has all D columns but w_block only D/4 rows: gather w along axis 0 "
+                  "(tiled=True) first.")],
+))
+
+
+# 3.11 reduce-scatter matmul ----------------------------------------------------------------
+def _build_rs(answer, case, mesh):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    B, D, F = case
+    x, w = _inputs([(B, D), (D, F)], seed=3 * B + D + F)
+    x = jax.device_put(x, NamedSharding(mesh, P(None, "y")))
+    w = jax.device_put(w, NamedSharding(mesh, P("y", None)))
+    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=(P(None, "y"), P("y", None)),
+                               out_specs=P(None, "y")))
+    return fn, (x, w)
+
+
+def _rs_collectives(records, case):
+    B, D, F = case
+    if any(r.kind == "all-reduce" for r in records):
+        return ("an all-reduce followed by a slice sends twice the bytes of a reduce-scatter: "
+                "use jax.lax.psum_scatter")
+    rs = [r for r in records if r.kind == "reduce-scatter"]
+    if _only_kinds(records, ("reduce-scatter",)) or len(rs) != 1 or rs[0].group_size != 4:
+        return "expected exactly one reduce-scatter over the 4 devices of axis 'y'"
+    if not math.isclose(rs[0].bytes_per_device, comms.ring_bytes("reduce-scatter", B * F * 4, 4)):
+        return "the reduce-scatter should act on the [B, F] partial sums"
+    return None
+
+
+register(MeshProgramExercise(
+    id="3.11", title="A matmul whose partial sums are reduce-scattered",
+    build=_build_rs, expected=lambda case, x, w: x @ w, collectives_ok=_rs_collectives,
+    cases=[(8, 16, 32), (16, 64, 8), (4, 32, 24)],
+    describe=lambda B, D, F: f"x[{B},{D}] @ w[{D},{F}]",
+    error_hints=[("out_specs", "each device must return its [B, F/4] block of the sum: "
+                               "jax.lax.psum_scatter(..., scatter_dimension=1, tiled=True).")],
+))
+
+
+# 3.12 shardings with no communication ------------------------------------------------------
+def _build_specs(answer, case, mesh):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    M, K, N = case
+    specs = answer(M, K, N)
+    if specs is None:
+        raise _NotAttempted
+    if not (isinstance(specs, (tuple, list)) and len(specs) == 3
+            and all(isinstance(s, P) for s in specs)):
+        raise TypeError("return three PartitionSpecs (spec_a, spec_b, spec_c)")
+    sa, sb, sc = (NamedSharding(mesh, s) for s in specs)
+    if math.prod(sc.shard_shape((M, N))) * 8 != M * N:
+        raise ValueError(f"the output sharding {specs[2]} leaves each device more than 1/8 of C")
+    a, b = _inputs([(M, K), (K, N)], seed=M * K + N)
+    a, b = jax.device_put(a, sa), jax.device_put(b, sb)
+    fn = jax.jit(lambda a, b: a @ b, out_shardings=sc)
+    return fn, (a, b)
+
+
+def _no_collectives(records, case):
+    if records:
+        return "the program communicates; choose shardings where no device needs another's data"
+    return None
+
+
+register(MeshProgramExercise(
+    id="3.12", title="Shardings that need no communication",
+    build=_build_specs, expected=lambda case, a, b: a @ b, collectives_ok=_no_collectives,
+    cases=[(8, 16, 32), (16, 8, 64), (32, 24, 8)],
+    describe=lambda M, K, N: f"A[{M},{K}] @ B[{K},{N}]",
+    error_hints=[("more than 1/8", "C must be split over all 8 devices, e.g. one mesh axis on "
+                                   "each of its dimensions."),
+                 ("three PartitionSpecs", "return a tuple (spec_a, spec_b, spec_c) of jax.P(...).")],
+))
