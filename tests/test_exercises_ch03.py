@@ -1,0 +1,179 @@
+"""Chapter 3's exercise checks accept right answers, reject typical wrong ones, never raise.
+
+Right answers are worked here by hand from the chip and model figures (closed forms, not the
+scalebook.comms functions the references use). Code answers run on the 8-device CPU mesh."""
+
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+import jax  # noqa: E402
+from jax import P  # noqa: E402
+
+from scalebook.exercises import evaluate  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+
+v5e, v5p = get_chip("tpu-v5e"), get_chip("tpu-v5p")
+W5e, W5p, C5p = v5e.ici_link_bandwidth, v5p.ici_link_bandwidth, v5p.bf16_flops
+# LLaMA-3 70B (paper, Table 3; heads from the reference code): d, F, query heads, kv heads, head dim
+D, F, H, K, h = 8192, 28672, 64, 8, 128
+W_UP = D * F * 2                                     # bf16 bytes of one MLP matrix
+LAYER = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F + 2 * D) * 2
+A2A = 4096 * D * 2
+
+
+def t_ag_torus(V, n, W):
+    return (n - 1) / n * V / (2 * W)
+
+
+RIGHT = {
+    "3.1": 15 / 16 * W_UP,
+    "3.2": 2 * t_ag_torus(W_UP, 8, W5p),
+    "3.3": "all-reduce",
+    "3.4": "all-gather",
+    "3.5": "all-to-all",
+    "3.6": A2A * 16 / 8 / W5e,                       # even n on a torus: busiest link V n / 8
+    "3.7": 15 / 16 * C5p / (2 * W5p),                # (15/16) D F s / 2W  =  B 2 D F / C
+    "3.8": 63 / 64 * LAYER / (2 * W5p * 3),
+    "3.9": (2 * 7 / 8 * 4096 * D * 2 / (2 * W5p)) / (3 * 2 * 4096 * D * F / 8 / C5p),
+}
+
+WRONG = {
+    "3.1": [W_UP, W_UP / 16, 2 * RIGHT["3.1"], RIGHT["3.1"] / 1e9],
+    "3.2": [2 * RIGHT["3.2"], RIGHT["3.2"] / 2, RIGHT["3.2"] * 1e3],
+    "3.3": ["reduce-scatter", "all-gather", "none", "all-to-all"],
+    "3.4": ["none", "all-reduce", "reduce-scatter", "all-to-all"],
+    "3.5": ["all-gather", "none", "all-reduce"],
+    "3.6": [15 / 16 * A2A / (2 * W5e), A2A * 15 / 2 / W5e],
+    "3.7": [2 * RIGHT["3.7"], 16 / 15 * RIGHT["3.7"], RIGHT["3.7"] / 2],
+    "3.8": [3 * RIGHT["3.8"], 2 * RIGHT["3.8"]],
+    "3.9": [3 * RIGHT["3.9"], 1.5 * RIGHT["3.9"], 2 * RIGHT["3.9"]],
+}
+
+HINTS = {   # a typical mistake and a word its hint must contain
+    "3.1": (W_UP / 16, "n - 1"),
+    "3.2": (2 * RIGHT["3.2"], "one-way ring"),
+    "3.6": (15 / 16 * A2A / (2 * W5e), "min(d, n - d)"),
+    "3.8": (3 * RIGHT["3.8"], "three"),
+    "3.9": (3 * RIGHT["3.9"], "three matmuls"),
+}
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_right_answers_are_accepted(ex):
+    r = evaluate(ex, RIGHT[ex])
+    assert r.correct, r
+
+
+@pytest.mark.parametrize("ex,answer", [(k, a) for k, v in WRONG.items() for a in v])
+def test_wrong_answers_are_rejected(ex, answer):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong", r
+
+
+@pytest.mark.parametrize("ex", sorted(HINTS))
+def test_specific_hints(ex):
+    answer, word = HINTS[ex]
+    assert word in evaluate(ex, answer).message
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT) + ["3.10", "3.11", "3.12"])
+def test_ellipsis_is_not_attempted(ex):
+    assert evaluate(ex, ...).status == "not attempted"
+
+
+def test_rounded_estimates_pass():
+    assert evaluate("3.7", 2150).correct
+    assert evaluate("3.1", 4.4e8).correct
+
+
+# ------------------------------------------------------------------------------------------
+# Code answers on the mesh
+# ------------------------------------------------------------------------------------------
+
+def fsdp_right(x, w):
+    return x @ jax.lax.all_gather(w, "y", axis=0, tiled=True, to="invarying")
+
+
+def fsdp_all_reduce(x, w):       # right numbers, wrong collective: sums activations
+    d = w.shape[0]
+    xs = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index("y") * d, d, axis=1)
+    return jax.lax.psum(xs @ w, "y")
+
+
+def fsdp_varying(x, w):          # forgets to="invarying": JAX's check_vma refuses it
+    return x @ jax.lax.all_gather(w, "y", axis=0, tiled=True)
+
+
+def fsdp_one_shape(x, w):        # right on the first shape only
+    return fsdp_right(x, w) if x.shape[1] == 16 else fsdp_all_reduce(x, w)
+
+
+def fsdp_none(x, w):
+    ...
+
+
+def rs_right(x, w):
+    return jax.lax.psum_scatter(x @ w, "y", scatter_dimension=1, tiled=True)
+
+
+def rs_all_reduce_slice(x, w):   # right numbers, twice the bytes
+    s = jax.lax.psum(x @ w, "y")
+    n = s.shape[1] // 4
+    return jax.lax.dynamic_slice_in_dim(s, jax.lax.axis_index("y") * n, n, axis=1)
+
+
+def rs_wrong_dim(x, w):
+    return jax.lax.psum_scatter(x @ w, "y", scatter_dimension=0, tiled=True)
+
+
+def specs_right(M, K, N):
+    return P("x", None), P(None, "y"), P("x", "y")
+
+
+def specs_right_8way(M, K, N):
+    return P(("x", "y"), None), P(), P(("x", "y"), None)
+
+
+def specs_contract(M, K, N):     # shards the contraction: needs an all-reduce
+    return P("x", "y"), P("y", None), P("x", "y")
+
+
+def specs_replicated_out(M, K, N):
+    return P("x", None), P(None, "y"), P("x", None)
+
+
+def specs_one_shape(M, K, N):
+    return specs_right(M, K, N) if M == 8 else specs_contract(M, K, N)
+
+
+@pytest.mark.parametrize("ex,answer", [("3.10", fsdp_right), ("3.11", rs_right),
+                                       ("3.12", specs_right), ("3.12", specs_right_8way)])
+def test_right_programs_pass(ex, answer):
+    r = evaluate(ex, answer)
+    assert r.correct, r
+
+
+@pytest.mark.parametrize("ex,answer,word", [
+    ("3.10", fsdp_all_reduce, "all-reduce"),
+    ("3.10", fsdp_varying, "invarying"),
+    ("3.10", fsdp_one_shape, "x[16,64]"),
+    ("3.11", rs_all_reduce_slice, "psum_scatter"),
+    ("3.11", rs_wrong_dim, "shape"),
+    ("3.12", specs_contract, "communicates"),
+    ("3.12", specs_replicated_out, "8 devices"),
+    ("3.12", specs_one_shape, "A[16,8]"),
+    ("3.12", lambda M, K, N: "x", "jax.P"),
+    ("3.10", 42, "function"),
+])
+def test_wrong_programs_fail_with_a_reason(ex, answer, word):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong", r
+    assert word in r.message, r.message
+
+
+def test_stub_program_is_not_attempted():
+    assert evaluate("3.10", fsdp_none).status == "not attempted"
+    assert evaluate("3.12", lambda M, K, N: None).status == "not attempted"
