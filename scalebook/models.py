@@ -32,7 +32,21 @@ from .errors import UnknownNameError
 from .units import check_nonnegative, check_positive, check_positive_int
 
 __all__ = ["TransformerConfig", "ParamBreakdown", "TrainingMemory", "Matmul", "get_model",
-           "model_names"]
+           "model_names", "PUBLISHED_PARAMS", "LLAMA3_405B_TOKENS", "LLAMA3_405B_FLOPS", "SOURCES"]
+
+# Published facts about the LLaMA-3 models, each with its source (see SOURCES).
+PUBLISHED_PARAMS = {   # parameter counts in the Hugging Face safetensors metadata
+    "llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496, "llama3-405b": 405_853_388_800}
+LLAMA3_405B_TOKENS = 15.6e12   # pre-training text tokens of the 405B model (paper, §1 and §2)
+LLAMA3_405B_FLOPS = 3.8e25     # pre-training compute of the 405B model (paper, §1)
+SOURCES = {
+    "PUBLISHED_PARAMS": "Hugging Face model pages of meta-llama/Llama-3.1-{8B,70B,405B} "
+                        "(safetensors metadata)",
+    "LLAMA3_405B_TOKENS": "Llama Team, The Llama 3 Herd of Models, arXiv:2407.21783, §1-2",
+    "LLAMA3_405B_FLOPS": "Llama Team, The Llama 3 Herd of Models, arXiv:2407.21783, §1",
+    "configs": "meta-llama/llama-models, models/llama3_1/api/sku_list.py and "
+               "models/llama3/model.py; arXiv:2407.21783, Table 3",
+}
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,8 @@ def test_unknown_model_lists_known():
         assert n in str(e.value)
     assert get_model("Llama-3-70B") is get_model("llama3-70b")
     assert get_model(get_model("llama3-8b")) is get_model("llama3-8b")
+
+
+def test_published_constants_agree_with_test_table():
+    from scalebook.models import PUBLISHED_PARAMS
+    assert PUBLISHED_PARAMS == PUBLISHED

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..hardware import get_chip
-from ..models import TransformerConfig, get_model
+from ..models import LLAMA3_405B_TOKENS, TransformerConfig, get_model
 from . import ChoiceExercise, CodeExercise, NumericExercise, _as_number, register
 
 
@@ -98,7 +98,7 @@ _GPUS_45, _MFU_45 = 16_384, 0.40
 
 
 def _days_405b(mfu=_MFU_45):
-    flops = _m("llama3-405b").training_flops(15.6e12)
+    flops = _m("llama3-405b").training_flops(LLAMA3_405B_TOKENS)
     return flops / (_GPUS_45 * get_chip("gpu-h100").bf16_flops * mfu) / 86_400
 
 
