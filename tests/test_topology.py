@@ -305,3 +305,15 @@ def test_bandwidth_hierarchy(chip):
 def test_bandwidth_hierarchy_unknown_chip():
     with pytest.raises(UnknownNameError, match="known chips"):
         tp.bandwidth_hierarchy("tpu-v99")
+
+
+@pytest.mark.parametrize("M,K,N", [(2, 3, 4), (16, 8, 5), (1, 32, 32)])
+def test_systolic_matches_jax_dot_in_float32(M, K, N):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(M + 2 * K + 3 * N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    run = tp.systolic_matmul(x, w)
+    assert run.out.dtype == np.float32
+    np.testing.assert_allclose(run.out, np.asarray(jnp.dot(x, w)), rtol=1e-5, atol=1e-5)
