@@ -54,7 +54,7 @@ def test_setup_cell_installs_scalebook_then_the_chapter_runs(colab_python, monke
     nb = nbformat.read(CHAPTER, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="colab", resources={"metadata": {"path": str(work)}})
     client.execute()
-    setup_out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    setup_out = "".join(o.get("text", "") for o in nb.cells[2].outputs)
     assert f"Installing scalebook from {ROOT}" in setup_out
     assert "with 8 simulated CPU devices" in setup_out
     installed = subprocess.run([str(py), "-m", "pip", "show", "scalebook"], capture_output=True, text=True)

@@ -1,7 +1,9 @@
 """Rules every chapter notebook follows, checked on the stored files.
 
-* the first cell is the Colab badge for this notebook, built from _config.yml's repository;
-* the second cell is the standard set-up cell (identical everywhere, same install source);
+* the first cell is the title, the second the Colab badge for this notebook, built from
+  _config.yml's repository;
+* the third cell is the standard set-up cell (identical everywhere, same install source), the
+  first code cell;
 * every code cell has been run and no stored output is an error or shows a path of this machine;
 * every exercise in a chapter has its check cell, a registered check, and a solution in the
   solutions notebook that links to it; every solution's check is stored as correct;
@@ -43,10 +45,12 @@ def test_there_is_a_solutions_notebook_for_every_chapter():
 @pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_badge_and_setup_cells(path):
     cells = load(path)["cells"]
-    assert src(cells[0]) == nbtool.badge_source(path), "run tools/notebooks.py sync"
-    assert "colab.research.google.com/github/" in src(cells[0])
-    assert cells[1]["cell_type"] == "code" and src(cells[1]) == nbtool.setup_source()
-    assert nbtool.install_source() in src(cells[1])
+    assert re.fullmatch(r"# (Solutions: )?\d+\. .+", src(cells[0])), "the first cell is the title"
+    assert src(cells[1]) == nbtool.badge_source(path), "run tools/notebooks.py sync"
+    assert "colab.research.google.com/github/" in src(cells[1])
+    assert cells[2]["cell_type"] == "code" and src(cells[2]) == nbtool.setup_source()
+    assert nbtool.install_source() in src(cells[2])
+    assert not any(c["cell_type"] == "code" for c in cells[:2]), "the set-up cell is the first code cell"
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")

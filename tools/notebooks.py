@@ -9,10 +9,10 @@ The stored .ipynb files are the source of truth; the percent format (cells start
 ``# %%`` or ``# %% [markdown]``, tags as ``# %% tags=["nbval-ignore-output"]``) is only a
 convenient way to write or edit one, and is the same format jupytext reads.
 
-Every chapter and solutions notebook starts with two cells that this tool writes:
-1. a markdown cell with the "Open in Colab" badge (URL from _config.yml), the title
-   line is the notebook's own second markdown cell;
-2. the set-up code cell (SETUP_CELL below), identical in every notebook.
+Every chapter and solutions notebook starts with three cells that ``sync`` arranges:
+1. the title, ``# N. Title`` (the first line of the author's first markdown cell);
+2. a markdown cell with the "Open in Colab" badge (URL from _config.yml);
+3. the set-up code cell (``setup_source()``), identical in every notebook.
 tests/test_notebooks_meta.py checks both.
 """
 
@@ -133,12 +133,25 @@ def _metadata() -> dict:
 
 
 def sync(nb: dict, path: Path) -> dict:
-    """Put the badge cell and the set-up cell at the top (replacing old ones)."""
+    """Put the title, the badge cell and the set-up cell at the top (replacing old ones).
+
+    The title is the first markdown cell's first line (``# N. Title``); if that cell holds
+    more, the rest becomes its own cell after the set-up cell. The set-up cell is tagged
+    ``hide-input`` so the website folds its code away and shows what it printed.
+    """
     cells = [c for c in nb["cells"]
              if not set(c.get("metadata", {}).get("tags", [])) & {TAG_BADGE, TAG_SETUP}]
+    first = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), None)
+    text = "".join(cells[first]["source"]) if first is not None else ""
+    if first is None or not text.startswith("# "):
+        raise SystemExit(f"{path}: the first markdown cell must start with the title, '# N. Title'")
+    title, _, rest = text.partition("\n")
+    body = cells[:first] + cells[first + 1:]
+    if rest.strip():
+        body.insert(first, _cell("markdown", rest.strip("\n")))
     badge = _cell("markdown", badge_source(path), [TAG_BADGE])
-    setup = _cell("code", setup_source(), [TAG_SETUP])
-    nb["cells"] = [badge, setup] + cells
+    setup = _cell("code", setup_source(), [TAG_SETUP, "hide-input"])
+    nb["cells"] = [_cell("markdown", title), badge, setup] + body
     return nb
 
 
