@@ -604,7 +604,7 @@ def collective_lines(compiled, width: int = 160) -> list[str]:
             continue
         line = re.sub(r",\s*(metadata|frontend_attributes|backend_config)=\{.*?\}(?=,|$)", "",
                       line.strip())
-        line = re.sub(r"\{[0-9,]*\}(?=[ ,)])", "", line)  # layouts
+        line = re.sub(r"\]\{[0-9,]*\}", "]", line)  # layouts such as f32[4,16]{1,0}
         out.append(line if len(line) <= width else line[:width - 3] + "...")
     return out
 
