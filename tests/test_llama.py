@@ -86,7 +86,7 @@ def test_scan_would_undercount():
     assert llama.xla_flops(scanned, w, x) < 2 * one
 
 
-@pytest.mark.parametrize("c, B, S", CONFIGS[:2], ids=IDS[:2])
+@pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
 def test_decode_step_flops(c, B, S):
     T = 2 * S
     ps = shapes(llama.init_params(c))
@@ -96,7 +96,7 @@ def test_decode_step_flops(c, B, S):
     want = c.forward_flops_per_token(T) * B           # one query against all T cache slots
     assert llama.matmul_flops_traced(fn, ps, tok, cache, S) == want
     got = llama.xla_flops(fn, ps, tok, cache, jnp.int32(S))
-    assert want <= got <= want * (1 + 2 * FLOP_TOL), got / want
+    assert want <= got <= want * (1 + FLOP_TOL), got / want
 
 
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
