@@ -91,7 +91,9 @@ def ensure_venv() -> Path:
 def _env() -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    env.setdefault("MPLBACKEND", "Agg")
+    # Notebooks draw with the kernel's inline backend; a backend chosen from outside (Agg)
+    # would make figures disappear from the outputs nbval compares.
+    env.pop("MPLBACKEND", None)
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
 
@@ -100,7 +102,7 @@ def build(args: list[str]) -> int:
     py = ensure_venv()
     out = ROOT / "_build"
     _say("building the site (warnings are errors)")
-    cmd = [str(py), "-m", "jupyter_book", "build", str(ROOT), "--path-output", str(ROOT),
+    cmd = [str(py.with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(ROOT),
            "-W", "-n", "--keep-going"] + args
     rc = subprocess.run(cmd, cwd=ROOT, env=_env()).returncode
     if rc == 0:

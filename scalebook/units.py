@@ -57,12 +57,14 @@ def sci(x: float, digits: int = 3) -> str:
     """Scientific notation with ``digits`` significant figures: ``sci(1.97e14) == '1.97e14'``.
 
     Numbers between 0.01 and 10,000 are printed plainly (``sci(240.5) == '240'``,
-    ``sci(0.5) == '0.5'``), since an exponent adds nothing there.
+    ``sci(0.5) == '0.5'``, ``sci(2734.5) == '2734'``), since an exponent adds nothing there.
     """
     x = float(x)
     if x == 0 or not math.isfinite(x):
         return f"{x:g}"
-    if 1e-2 <= abs(x) < 1e4:
+    if 1e3 <= abs(x) < 1e4:
+        return f"{x:.0f}"
+    if 1e-2 <= abs(x) < 1e3:
         return f"{x:.{digits}g}"
     mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
     mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa

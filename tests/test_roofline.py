@@ -141,6 +141,7 @@ def test_formatting():
     assert sci(8.19e11) == "8.19e11"
     assert sci(5e10) == "5e10"
     assert sci(240.5) == "240"
+    assert sci(2734.4) == "2734" and sci(9999) == "9999" and sci(10500) == "1.05e4"
     assert sci(1.234e-5) == "1.23e-5"
     assert fmt_time(0.00123) == "1.23 ms"
     assert fmt_time(4.2e-5) == "42 µs"
