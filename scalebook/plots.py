@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .hardware import get_chip
+from .units import sci
 
 __all__ = ["CHIP_COLORS", "chip_color", "roofline_plot", "attainable_flops"]
 
@@ -48,7 +49,7 @@ def roofline_plot(chips, points=(), ax=None, dtype: str = "bf16", intensity_rang
         peak = chip.peak_flops(dtype)
         color = chip_color(chip)
         ax.loglog(x, attainable_flops(x, peak, chip.hbm_bandwidth), color=color, lw=2,
-                  label=f"{chip.display_name}: peak {peak:.3g} FLOP/s")
+                  label=f"{chip.display_name}: peak {sci(peak)} FLOP/s")
         crit = peak / chip.hbm_bandwidth
         ax.axvline(crit, color=color, ls=":", lw=1)
         ax.annotate(f"I* = {crit:.0f}", (crit, peak), textcoords="offset points", xytext=(4, -14),
@@ -59,7 +60,7 @@ def roofline_plot(chips, points=(), ax=None, dtype: str = "bf16", intensity_rang
                     markeredgecolor="black", markeredgewidth=0.5)
     for k, (label, intensity) in enumerate(points):
         ax.plot([], [], markers[k % len(markers)], color="white", markeredgecolor="black",
-                label=f"{label} (I = {intensity:.3g})")
+                label=f"{label} (I = {sci(intensity)})")
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
     ax.set_ylabel(f"attainable {dtype} FLOP/s")
     ax.set_xlim(lo, hi)

@@ -59,6 +59,7 @@ def test_right_answers_are_accepted(ex):
 def test_estimates_within_tolerance_are_accepted():
     assert evaluate("1.1", 1.2e-3).correct          # rounded to 2 figures
     assert evaluate("1.6", 7900).correct
+    assert not evaluate("1.6", 8192).correct       # d_model is not the threshold
     assert evaluate("1.3", np.float32(591)).correct  # NumPy scalars are numbers too
     assert evaluate("1.8", " Memory ").correct
 
@@ -110,6 +111,7 @@ def good_bounds(B, D, F, chip):
 def test_code_1_9_right():
     assert evaluate("1.9", good_bounds).correct
     assert evaluate("1.9", lambda *a: list(good_bounds(*a))).correct
+    assert evaluate("1.9", lambda *a: np.array(good_bounds(*a))).correct
 
 
 def test_code_1_9_wrong():
@@ -142,7 +144,7 @@ def test_code_1_10():
     assert evaluate("1.10", good_batch).correct
     approx = lambda D, F, chip: math.ceil(get_chip(chip).critical_intensity)
     r = evaluate("1.10", approx)
-    assert r.status == "wrong" and "ignores the weight" in r.message
+    assert r.status == "wrong" and "keeps only the weight bytes" in r.message
     assert evaluate("1.10", lambda *a: good_batch(*a) - 1).status == "wrong"
     # Right only for the first case: a special case cannot pass.
     first = good_batch(8192, 28672, "tpu-v5e")

@@ -189,8 +189,9 @@ class CodeExercise(Exercise):
         if self.compare is not None:
             return bool(self.compare(got, want))
         if isinstance(want, tuple):
-            return (isinstance(got, (tuple, list)) and len(got) == len(want)
-                    and all(self._equal(g, w) for g, w in zip(got, want)))
+            if isinstance(got, (str, bytes)) or not hasattr(got, "__len__") or getattr(got, "ndim", 1) != 1:
+                return False
+            return len(got) == len(want) and all(self._equal(g, w) for g, w in zip(got, want))
         g = _as_number(got)
         if g is None:
             return False
