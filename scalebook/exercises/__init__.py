@@ -76,8 +76,13 @@ def _as_number(x):
     return None
 
 
-def _ratio_hint(ratio: float) -> str | None:
-    """A generic hint from answer / expected."""
+def _is_size_unit(unit: str) -> bool:
+    u = unit.lower()
+    return "byte" in u or u.rstrip("/s").endswith(("b", "gib", "mib", "kib"))
+
+
+def _ratio_hint(ratio: float, unit: str = "") -> str | None:
+    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for sizes."""
     for factor, name in [(2, "2"), (4, "4"), (8, "8")]:
         if math.isclose(ratio, factor, rel_tol=0.03):
             return f"about {name}x too large."
@@ -89,7 +94,7 @@ def _ratio_hint(ratio: float) -> str | None:
             return f"{big:.0e}x too large: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
         if math.isclose(ratio, 1 / big, rel_tol=0.1):
             return f"{big:.0e}x too small: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
-    for k in (1, 2, 3):
+    for k in (1, 2, 3) if _is_size_unit(unit) else ():
         if math.isclose(ratio, 1.024 ** k, rel_tol=0.004) or math.isclose(ratio, 1.024 ** -k, rel_tol=0.004):
             return "off by a binary/decimal prefix: GiB is 2**30 bytes, GB is 1e9 bytes."
     return None
@@ -135,7 +140,7 @@ class NumericExercise(Exercise):
             except Exception:
                 pass
         if expected != 0 and value != 0 and (value > 0) == (expected > 0):
-            hint = _ratio_hint(value / expected)
+            hint = _ratio_hint(value / expected, self.unit)
             if hint:
                 return self._result(WRONG, "not yet: " + hint)
             direction = "large" if value > expected else "small"
