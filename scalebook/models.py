@@ -376,7 +376,9 @@ class TransformerConfig:
         recomputed, so one layer's full set is alive on top: L d + one layer.
 
         Both add the head: the final-norm input and output (2 d) and the logits (V), all at
-        ``bytes_per_element`` (bf16: 2). Not included: the S x S score matrices (assumed
+        ``bytes_per_element`` (bf16: 2); an implementation that keeps the logits in f32
+        for the loss, as :mod:`scalebook.llama` does, holds 4 V bytes per token for them
+        instead. Not included: the S x S score matrices (assumed
         never stored, see above), gradients of activations in flight, and temporary
         buffers of the compiler."""
         s = check_positive("bytes_per_element", bytes_per_element)

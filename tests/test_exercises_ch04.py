@@ -42,6 +42,8 @@ def test_4_1():
     assert wrong("4.1", 4 * m["d"] * m["H"] * m["h"])                 # multi-head
     assert "grouped-query" in evaluate("4.1", 4 * m["d"] * m["H"] * m["h"]).message
     assert wrong("4.1", right * 80) and wrong("4.1", right + 1)
+    q_k_v_only = m["d"] * m["H"] * m["h"] + 2 * m["d"] * m["K"] * m["h"]
+    assert wrong("4.1", q_k_v_only) and "W_o" in evaluate("4.1", q_k_v_only).message
 
 
 def test_4_2():
@@ -83,6 +85,8 @@ def test_4_6():
     assert wrong("4.6", 2 * right)
     with_embed = 2 * n_params(**m) / (4 * m["L"] * m["H"] * m["h"])
     assert wrong("4.6", with_embed) and "embedding" in evaluate("4.6", with_embed).message
+    no_head = 2 * (matmul_params - m["V"] * m["d"]) / (4 * m["L"] * m["H"] * m["h"])
+    assert wrong("4.6", no_head) and "output head" in evaluate("4.6", no_head).message
 
 
 def test_4_7():
@@ -100,6 +104,10 @@ def test_4_8():
     assert ok("4.8", right)
     assert wrong("4.8", right + 1) and wrong("4.8", math.floor(8 * hbm / per_seq))
     assert wrong("4.8", math.floor((8 * hbm - weights) / (per_seq * 8)))
+    nominal = math.floor((8 * hbm - 2 * 70e9) / per_seq)          # N = 70e9 instead of exact
+    assert wrong("4.8", nominal) and "num_params" in evaluate("4.8", nominal).message
+    gib = math.floor((8 * hbm / 1e9 * 2**30 - weights) / per_seq)  # 80 GB read as 80 GiB
+    assert wrong("4.8", gib) and "GiB" in evaluate("4.8", gib).message
 
 
 def test_4_9():
@@ -116,7 +124,10 @@ def test_4_10():
     right = (m["L"] * per_layer + head) / (m["L"] * m["d"] + per_layer + head)
     assert ok("4.10", right)
     assert wrong("4.10", 1 / right)
-    assert wrong("4.10", (m["L"] * per_layer + head) / (m["L"] * m["d"] + head))
+    no_extra_layer = (m["L"] * per_layer + head) / (m["L"] * m["d"] + head)
+    assert wrong("4.10", no_extra_layer) and "recomputed" in evaluate("4.10", no_extra_layer).message
+    no_head = (m["L"] * per_layer) / (m["L"] * m["d"] + per_layer)   # head left out on both sides
+    assert wrong("4.10", no_head) and "head" in evaluate("4.10", no_head).message
 
 
 def test_4_11_code():

@@ -27,14 +27,21 @@ def _attn_70b_mha():
     return 4 * m.d_model * m.q_dim
 
 
+def _attn_70b_qkv():
+    """W_q + W_k + W_v without the output projection."""
+    m = _m("llama3-70b")
+    return m.d_model * m.q_dim + 2 * m.d_model * m.kv_dim
+
+
 register(NumericExercise(
     id="4.1", title="Attention parameters of one 70B layer", unit="parameters", integer=True,
     reference=_attn_70b,
     hints=[
         (lambda a: a == _attn_70b_mha(),
          "that is multi-head attention: k and v have only n_kv_heads heads (grouped-query attention)."),
-        (lambda a: a == _attn_70b() // 2 or a == 2 * _m("llama3-70b").d_model * _m("llama3-70b").q_dim,
-         "count all four matrices: q, k, v and the output projection o."),
+        (lambda a: a == _attn_70b_qkv(), "count the output projection W_o too."),
+        (lambda a: a == 2 * _m("llama3-70b").d_model * _m("llama3-70b").q_dim,
+         "count all four matrices: W_k and W_v too, not only W_q and W_o."),
         (lambda a: a == _attn_70b() * _m("llama3-70b").n_layers,
          "that is all 80 layers; the question asks for one layer."),
     ],
@@ -124,6 +131,9 @@ register(NumericExercise(
     id="4.6", title="When attention costs as much as the weights", unit="tokens", rtol=0.02,
     reference=_crossover,
     hints=[
+        (lambda a: _close(a, _crossover(dense=2 * (_m("llama3-8b").matmul_params()
+                                                    - _m("llama3-8b").param_breakdown().output_head))),
+         "include the output head: it is a weight matmul too (2 N_mm counts it)."),
         (lambda a: _close(a, _crossover(dense=2 * _m("llama3-8b").num_params())),
          "2 N counts the embedding lookup and the norms as matmuls; use the matmul parameters "
          "only (attention, MLP, output head)."),
@@ -157,9 +167,11 @@ register(NumericExercise(
 _GPUS_48, _CTX_48 = 8, 8192
 
 
-def _max_batch(include_weights=True, kv_per_token=None):
+def _max_batch(include_weights=True, kv_per_token=None, n_params=None, hbm_bytes=None):
     m = _m("llama3-70b")
-    free = _GPUS_48 * get_chip("gpu-h100").hbm_bytes - (m.weight_bytes(2) if include_weights else 0)
+    hbm = get_chip("gpu-h100").hbm_bytes if hbm_bytes is None else hbm_bytes
+    weights = (2 * n_params if n_params is not None else m.weight_bytes(2)) if include_weights else 0
+    free = _GPUS_48 * hbm - weights
     per_seq = (m.kv_cache_bytes(1, _CTX_48) if kv_per_token is None else kv_per_token * _CTX_48)
     return math.floor(free / per_seq)
 
@@ -169,6 +181,11 @@ register(NumericExercise(
     reference=_max_batch,
     hints=[
         (lambda a: a == _max_batch(include_weights=False), "the bf16 weights take their share of HBM first."),
+        (lambda a: a == _max_batch(n_params=70e9),
+         "use the exact parameter count (num_params()), not the nominal 70B, and round down: "
+         "a partial sequence does not fit."),
+        (lambda a: a == _max_batch(hbm_bytes=get_chip("gpu-h100").hbm_bytes / 1e9 * 2**30),
+         "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
         (lambda a: a == _max_batch() + 1, "one too many: round down, a partial sequence does not fit."),
         (lambda a: a == _max_batch(kv_per_token=_kv_70b() * _m("llama3-70b").group_size),
          "the cache holds n_kv_heads key/value heads per layer, not n_heads."),
@@ -200,6 +217,12 @@ def _remat_ratio():
     return m.activation_bytes_per_token(remat=False) / m.activation_bytes_per_token(remat=True)
 
 
+def _remat_ratio_no_head():
+    m = _m("llama3-70b")
+    a = m.activation_elements_per_layer_per_token()
+    return (m.n_layers * a) / (m.n_layers * m.d_model + a)
+
+
 def _remat_ratio_no_extra_layer():
     m = _m("llama3-70b")
     head = 2 * m.d_model + m.vocab_size
@@ -210,7 +233,10 @@ register(NumericExercise(
     id="4.10", title="What rematerialisation saves on 70B", unit="ratio (no remat / full remat)",
     rtol=0.02, reference=_remat_ratio,
     hints=[
-        (lambda a: _close(a, _remat_ratio_no_extra_layer()),
+        (lambda a: _close(a, _remat_ratio_no_head(), 0.002),
+         "add the head's activations (2 d + V per token) on both sides: they are kept with or "
+         "without remat."),
+        (lambda a: _close(a, _remat_ratio_no_extra_layer(), 0.002),
          "during the backward pass one layer is recomputed, so its full activations are alive too."),
         (lambda a: _close(a, 1 / _remat_ratio()), "upside down: divide without-remat by with-remat."),
     ],
