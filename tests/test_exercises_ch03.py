@@ -3,6 +3,8 @@
 Right answers are worked here by hand from the chip and model figures (closed forms, not the
 scalebook.comms functions the references use). Code answers run on the 8-device CPU mesh."""
 
+import math
+
 import pytest
 
 import scalebook
@@ -82,6 +84,24 @@ def test_specific_hints(ex):
 @pytest.mark.parametrize("ex", sorted(RIGHT) + ["3.10", "3.11", "3.12"])
 def test_ellipsis_is_not_attempted(ex):
     assert evaluate(ex, ...).status == "not attempted"
+
+
+def test_hints_for_factor_two_name_both_causes():
+    # 3.7: a one-way ring and 1 FLOP per multiply-add both double the answer exactly, so the
+    # one hint shown must name both mistakes.
+    msg = evaluate("3.7", 2 * RIGHT["3.7"]).message
+    assert "one-way ring" in msg and "multiply-add" in msg
+    # 3.8: an all-reduce and a one-way ring both double the answer exactly.
+    msg = evaluate("3.8", 2 * RIGHT["3.8"]).message
+    assert "all-reduce" in msg and "one-way ring" in msg
+
+
+def test_3_2_cancelling_mistakes_coincide_with_the_right_answer():
+    # Documented limitation (the solution says so): a one-way ring (x2) with the all-reduce's
+    # factor 2 forgotten (/2) gives the right number, so no check can reject it.
+    one_way_no_factor_2 = 7 / 8 * W_UP / W5p
+    assert math.isclose(one_way_no_factor_2, RIGHT["3.2"])
+    assert evaluate("3.2", one_way_no_factor_2).correct
 
 
 def test_rounded_estimates_pass():

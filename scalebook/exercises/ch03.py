@@ -138,9 +138,11 @@ def _ex7(topology="torus", n=16):
 register(NumericExercise(
     id="3.7", title="Tokens per chip to hide the FSDP all-gather", unit="tokens", reference=_ex7,
     hints=[
-        (lambda a: _close(a, _ex7("ring")), "a torus axis sends both ways: half the time of a ring."),
+        # A one-way ring and 1 FLOP per multiply-add both give exactly 2x: one hint for both.
+        (lambda a: _close(a, _ex7("ring")), "2x too large: did you use a one-way ring (a torus "
+         "axis sends both ways, halving the gather), or count 1 FLOP per multiply-add instead "
+         "of 2?"),
         (lambda a: _close(a, _ex7() * 16 / 15), "keep the (n - 1) / n of the ring all-gather."),
-        (lambda a: _close(a, _ex7() * 2), "the matmul does 2 FLOPs per multiply-add."),
     ],
 ))
 
@@ -155,8 +157,10 @@ register(NumericExercise(
     hints=[
         (lambda a: _close(a, _ex8(64)), "the 64 chips form three torus axes; a collective over "
          "all of them uses the links of all three (divide by 3)."),
-        (lambda a: _close(a, 2 * _ex8()), "a reduce-scatter is half an all-reduce: (n - 1) / n "
-         "times the array."),
+        # An all-reduce and a one-way ring both give exactly 2x: one hint for both.
+        (lambda a: _close(a, 2 * _ex8()), "2x too large: did you time an all-reduce (a "
+         "reduce-scatter sends only (n - 1) / n times the array, half as much), or a one-way "
+         "ring (each torus axis sends both ways)?"),
     ],
 ))
 
