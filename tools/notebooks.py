@@ -165,7 +165,26 @@ def normalise(nb: dict) -> dict:
         c["id"] = f"cell-{i:03d}"
         if isinstance(c.get("source"), list):
             c["source"] = "".join(c["source"])
+        if c["cell_type"] == "code":
+            c["outputs"] = _merge_streams(c.get("outputs", []))
     return nb
+
+
+def _merge_streams(outputs: list) -> list:
+    """Join consecutive stdout (or stderr) chunks: how a kernel splits a stream varies run to run."""
+    merged = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            prev = merged[-1]
+            prev["text"] = _text(prev["text"]) + _text(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
+def _text(t) -> str:
+    return "".join(t) if isinstance(t, list) else t
 
 
 def execute(path: Path, timeout: int = 600) -> float:
