@@ -1,14 +1,50 @@
 """scalebook: the helper package of the book *Scaling LLMs, executably*.
 
-Modules:
-  hardware   chip specifications with sources (get_chip)
-  roofline   compute / memory / communication time; matmul FLOPs, bytes, intensity
-  models     LLaMA-3 configurations (get_model)
-  mesh       device set-up for notebooks (setup, make_mesh)
-  exercises  self-checking exercises (check)
-  plots      the book's figures (roofline plots, chip colours)
-  measure    timing helpers for measured rooflines
-  units      units and number formatting
+``import scalebook`` imports only the set-up code (not JAX); import a module to use it.
+Every formula or constant the book uses more than once lives in exactly one place below.
+
+Modules (chapter that derives them)
+  hardware        chip specifications with a source per figure: get_chip, all_chips, spec_table (2)
+  roofline        the three clocks and their bounds; matmul FLOPs/bytes/intensity (1)
+  chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2)
+  topology        between chips: torus hops, slices, bisection, transfer time (2)
+  collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3)
+  hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
+  models          LLaMA-3 configurations and transformer arithmetic (4)
+  llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4)
+  mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
+  measure         timing on this machine: measured matmul and bandwidth rooflines (1)
+  plots           the book's figures: chip colours, roofline plots
+  units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
+  exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
+  grade           re-run and grade students' notebooks: python -m scalebook.grade
+  errors          error types with readers' messages
+
+Formula or task -> function
+  T_math, T_mem, T_comm and max/sum bounds        roofline.time_bounds (Bounds)
+  FLOPs = 2BDF, bytes = s(BD+DF+BF), intensity    roofline.matmul_flops / matmul_bytes / matmul_intensity
+  dot product FLOPs and bytes                     roofline.dot_flops / dot_bytes
+  smallest compute-bound batch B* ~ C/W_hbm       roofline.critical_batch
+  the roof min(C, I W_hbm)                        roofline.attainable_flops
+  tiled matmul bytes and intensity                roofline.tiled_matmul_bytes / tiled_matmul_intensity
+  contraction split over chips (compute vs comm)  roofline.contraction_split_times / min_contraction_to_hide_comm
+  systolic-array simulation, cycles M+K+N-2       chip_internals.systolic_matmul / systolic_cycles
+  MXU padding efficiency, MXU share of the peak   chip_internals.mxu_padding_efficiency / mxu_peak_flops
+  overlapped load/compute pipeline                chip_internals.pipelined_time
+  hops, diameter, mean distance on a torus        topology.torus_hops / diameter / mean_hops
+  slice wraparound, hosts, bisection              topology.slice_wraparound / slice_info / bisection_bandwidth
+  point-to-point transfer time                    topology.transfer_time
+  HBM / ICI / PCIe / DCN bandwidths of a chip     topology.bandwidth_hierarchy
+  bytes per device of a collective (ring)         collectives.ring_bytes
+  time of a collective on ring or torus axes      collectives.collective_time
+  collectives in a compiled program               hlo.collectives (Collective), hlo.total_bytes
+  replica groups in any HLO syntax                hlo.parse_replica_groups
+  XLA's FLOP count, cost_analysis as a dict       hlo.xla_flops, hlo.cost
+  matmul FLOPs of a traced program (exact)        hlo.matmul_flops_traced
+  memory_analysis as bytes per device             hlo.memory (MemoryUse)
+  LLaMA-3 parameters, FLOPs/token, 6ND            models.TransformerConfig.num_params / training_flops
+  training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
+  bytes per element of a dtype                    units.dtype_bytes
 """
 
 from .mesh import make_mesh, setup

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .exercises.core import MARKS, STATUSES, parse_results
+
 __all__ = ["Report", "grade_notebook", "grade_paths", "main"]
 
-_LINE = re.compile(r"^(✔|✘|…) Exercise (\d+\.\d+): (.*)$", re.M)
-_STATUS = {"✔": "correct", "✘": "wrong", "…": "not attempted"}
 
 
 @dataclass
@@ -68,8 +67,8 @@ def grade_notebook(path, run: bool = True, timeout: int = 600, kernel_name: str 
             client.execute()
         except Exception as e:
             report.error = f"run stopped: {type(e).__name__}: {e}"
-    for mark, ex_id, message in _LINE.findall(_outputs_text(nb)):
-        report.results[ex_id] = (_STATUS[mark], message)
+    for result in parse_results(_outputs_text(nb)):
+        report.results[result.exercise_id] = (result.status, result.message)
     return report
 
 
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
         print(e, file=sys.stderr)
         return 2
     ids = sorted({i for r in reports for i in r.results}, key=_key)
-    short = {"correct": "✔", "wrong": "✘", "not attempted": "·"}
+    short = {status: MARKS[status] for status in STATUSES}
     print(f"{'notebook':<40} {'correct':>7}  " + " ".join(f"{i:>5}" for i in ids))
     for r in reports:
         marks = " ".join(f"{short[r.results[i][0]] if i in r.results else '?':>5}" for i in ids)

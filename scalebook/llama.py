@@ -7,8 +7,8 @@ and no FLOPs), written to be read, not to be fast. Chapter 4 uses it to check th
 formulas of :mod:`scalebook.models` against what XLA compiles:
 
 * :func:`count_params` of :func:`init_params` equals ``config.num_params()``;
-* the FLOPs XLA's ``cost_analysis()`` reports for :func:`forward` and for a training step
-  (:func:`train_step`) are compared with ``config.forward_flops_per_token`` and
+* the FLOPs XLA's ``cost_analysis()`` reports (:func:`scalebook.hlo.xla_flops`) for
+  :func:`forward` and for a training step (:func:`train_step`) are compared with ``config.forward_flops_per_token`` and
   ``config.training_flops_per_token``: the matmuls exactly, XLA's total (which adds the
   elementwise work) within :data:`XLA_FLOP_TOLERANCE` above the formula;
 * the cache of :func:`init_kv_cache` has exactly ``config.kv_cache_bytes(batch, context)``
@@ -36,7 +36,7 @@ from .models import TransformerConfig, get_model
 
 __all__ = ["init_params", "count_params", "param_bytes", "rms_norm", "rope_angles", "apply_rope",
            "forward", "loss_fn", "train_step", "init_kv_cache", "cache_bytes", "forward_with_cache",
-           "generate_greedy", "xla_flops", "matmul_flops_traced", "XLA_FLOP_TOLERANCE"]
+           "generate_greedy", "XLA_FLOP_TOLERANCE"]
 
 # How far above the matmul formula XLA's FLOP count of this model (in float32, layers
 # unrolled) may lie: the excess is elementwise work (norms, rotary embeddings, softmax,
@@ -263,42 +263,3 @@ def generate_greedy(params, prompt, steps: int, config: TransformerConfig, conte
         logits, cache = step(params, tok, cache, jnp.int32(S + i))
         tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
     return jnp.concatenate(out, axis=1), cache
-
-
-# -- what XLA counts ----------------------------------------------------------------------
-def xla_flops(fn, *args) -> float:
-    """FLOPs that XLA's cost analysis reports for ``jax.jit(fn)(*args)`` after compiling
-    (args may be arrays or jax.ShapeDtypeStruct). Loop bodies count once, so unroll."""
-    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
-    if isinstance(cost, (list, tuple)):        # older JAX versions returned a list of dicts
-        cost = cost[0]
-    return float(cost["flops"])
-
-
-def _dot_general_flops(eqn) -> int:
-    (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
-    lhs, out = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
-    k = int(np.prod([lhs[i] for i in lhs_contract], dtype=np.int64))
-    return 2 * int(np.prod(out, dtype=np.int64)) * k
-
-
-def _count_dots(jaxpr) -> int:
-    total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            total += _dot_general_flops(eqn)
-        for v in eqn.params.values():
-            inner = getattr(v, "jaxpr", None)
-            if inner is not None and hasattr(inner, "eqns"):
-                total += _count_dots(inner)
-            elif hasattr(v, "eqns"):
-                total += _count_dots(v)
-    return total
-
-
-def matmul_flops_traced(fn, *args) -> int:
-    """FLOPs of every matrix multiplication (``dot_general``) in the traced program of
-    ``fn(*args)``: 2 x (output size) x (contracted size) each, loops not multiplied.
-    Unlike :func:`xla_flops` this leaves out all elementwise work, so it can be compared
-    with the matmul formulas exactly."""
-    return _count_dots(jax.make_jaxpr(fn)(*args).jaxpr)

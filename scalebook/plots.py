@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from .hardware import get_chip
+from .roofline import attainable_flops
 from .units import sci
 
-__all__ = ["CHIP_COLORS", "chip_color", "roofline_plot", "attainable_flops"]
+__all__ = ["CHIP_COLORS", "chip_color", "roofline_plot"]
 
 CHIP_COLORS = {
     "tpu-v4": "#8c564b",
@@ -23,11 +24,6 @@ CHIP_COLORS = {
 
 def chip_color(chip) -> str:
     return CHIP_COLORS.get(get_chip(chip).name, "#333333")
-
-
-def attainable_flops(intensity, peak_flops: float, bandwidth: float):
-    """The roof: min(peak, intensity x bandwidth), in FLOP/s."""
-    return np.minimum(peak_flops, np.asarray(intensity, dtype=float) * bandwidth)
 
 
 def roofline_plot(chips, points=(), ax=None, dtype: str = "bf16", intensity_range=(0.1, 1e4),

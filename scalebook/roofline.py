@@ -31,7 +31,7 @@ __all__ = [
     "Bounds", "compute_time", "memory_time", "comm_time", "time_bounds", "arithmetic_intensity",
     "matmul_flops", "matmul_bytes", "matmul_intensity", "dot_flops", "dot_bytes",
     "critical_batch", "tiled_matmul_bytes", "tiled_matmul_intensity",
-    "contraction_split_times", "min_contraction_to_hide_comm",
+    "contraction_split_times", "min_contraction_to_hide_comm", "attainable_flops",
 ]
 
 
@@ -220,3 +220,10 @@ def min_contraction_to_hide_comm(chip, n_chips: int = 2, bytes_per_element: floa
     s = check_positive("bytes_per_element", bytes_per_element)
     bw = chip.ici_link_bandwidth if bandwidth is None else check_positive("bandwidth (bytes/s)", bandwidth)
     return (n - 1) * s * chip.peak_flops(dtype) / bw
+
+
+def attainable_flops(intensity, peak_flops: float, bandwidth: float):
+    """The roof: min(peak, intensity x bandwidth), in FLOP/s (arrays welcome)."""
+    import numpy as np
+
+    return np.minimum(peak_flops, np.asarray(intensity, dtype=float) * bandwidth)

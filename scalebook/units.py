@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -23,8 +25,37 @@ KiB = 2**10
 MiB = 2**20
 GiB = 2**30
 
+# Bytes per element of each HLO element type (and the usual NumPy/JAX names).
+DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8,
+    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+    "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25,
+    "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1,
+    "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5, "token": 0,
+}
+_ALIASES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
+            "int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "int64": "s64",
+            "uint32": "u32", "uint64": "u64", "bool": "pred", "float8_e4m3fn": "f8e4m3fn",
+            "float8_e5m2": "f8e5m2", "int4": "s4", "uint4": "u4", "complex64": "c64"}
+
+
+def dtype_bytes(dtype) -> float:
+    """Bytes per element of a dtype given as an HLO name ("bf16") or a NumPy/JAX dtype."""
+    if not isinstance(dtype, str):
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            raise ValueError(f"dtype {dtype!r} is not a dtype") from None
+    name = dtype.strip().lower()
+    name = _ALIASES.get(name, name)
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r} is not one the book knows; known: "
+                         f"{', '.join(sorted(DTYPE_BYTES))}")
+    return DTYPE_BYTES[name]
+
+
 __all__ = [
-    "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB",
+    "DTYPE_BYTES", "dtype_bytes", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB",
     "sci", "fmt_time", "fmt_bytes", "fmt_rate", "check_positive", "check_nonnegative",
     "check_positive_int",
 ]

@@ -3,6 +3,7 @@
 import pytest
 
 from scalebook import exercises
+from scalebook.exercises import core
 from scalebook.exercises import NumericExercise, check, evaluate, exercise_ids, get_exercise
 
 
@@ -30,12 +31,12 @@ def test_check_prints_one_line(capsys):
 
 def test_a_broken_reference_does_not_crash_the_notebook():
     ex = NumericExercise(id="0.1", title="broken", reference=lambda: 1 / 0)
-    exercises._REGISTRY["0.1"] = ex
+    core._REGISTRY["0.1"] = ex
     try:
         r = evaluate("0.1", 1.0)
         assert r.status == "wrong" and "could not check" in r.message
     finally:
-        del exercises._REGISTRY["0.1"]
+        del core._REGISTRY["0.1"]
 
 
 def test_registering_twice_is_an_error():
@@ -54,3 +55,60 @@ def test_generic_ratio_hints():
     assert "GiB" in NumericExercise(id="0.4", title="t", unit="GB", reference=lambda: 80.0).evaluate(80 * 1.024**3).message
     assert ex.evaluate(-2.0).status == "wrong"
     assert ex.evaluate(2.05).correct and not ex.evaluate(2.2).correct
+
+
+def test_a_float_id_is_refused_with_a_message(capsys):
+    r = evaluate(1.10, 3)
+    assert r.status == "wrong" and 'check("1.10", ...)' in r.message and "same as 1.1" in r.message
+    check(1.1, 3)
+    assert "string" in capsys.readouterr().out
+    assert evaluate(3, 1).status == "wrong"
+    assert "not an exercise id" in evaluate("1.x", 1).message
+
+
+def test_ids_with_leading_zeros_and_spaces_are_normalised():
+    assert core.normalise_id(" 1.02 ") == "1.2"
+    assert evaluate("01.2", ...).exercise_id == "1.2"
+
+
+def test_unknown_exercise_in_a_known_chapter_lists_that_chapter():
+    msg = evaluate("1.99", 3).message
+    assert "unknown exercise '1.99'" in msg and "chapter 1 has 1.1" in msg
+
+
+def test_printed_results_parse_back():
+    results = [core.Result("1.2", s, "msg: x.") for s in core.STATUSES]
+    text = "noise\n" + "\n".join(map(str, results)) + "\nmore noise"
+    assert core.parse_results(text) == results
+
+
+def _fresh(code):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_check_loads_only_its_own_chapter():
+    out = _fresh("import sys\nfrom scalebook.exercises import evaluate\n"
+                 "print(evaluate('1.2', ...).status)\n"
+                 "print(sorted(m for m in sys.modules if m.startswith('scalebook.exercises.ch')))")
+    assert out.splitlines() == ["not attempted", "['scalebook.exercises.ch01']"]
+
+
+def test_a_broken_chapter_file_does_not_break_another_chapter(tmp_path):
+    """Put a chapter file that raises on import into a copy of the package: chapter 1's
+    checks still work, and the broken chapter's own check reports the error."""
+    import shutil
+    from pathlib import Path
+    pkg = Path(exercises.__file__).resolve().parents[1]
+    copy = tmp_path / "scalebook"
+    shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "exercises" / "ch77.py").write_text("raise RuntimeError('broken on purpose')\n")
+    out = _fresh(f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+                 "import scalebook; assert scalebook.__file__.startswith(sys.path[0])\n"
+                 "from scalebook.exercises import evaluate\n"
+                 "print(evaluate('1.2', ...).status)\n"
+                 "print(evaluate('77.1', 1).message)")
+    first, second = out.splitlines()
+    assert first == "not attempted"
+    assert "broken on purpose" in second

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scalebook import llama
+from scalebook import hlo, llama
 from scalebook.models import TransformerConfig
 
 FLOP_TOL = llama.XLA_FLOP_TOLERANCE   # one value, printed by chapter 4 too
@@ -120,8 +120,8 @@ def test_forward_flops(c, B, S):
     ps, tok = shapes(llama.init_params(c)), jax.ShapeDtypeStruct((B, S), jnp.int32)
     fn = partial(llama.forward, config=c)
     want = c.forward_flops_per_token(S) * B * S       # full S x S scores, as the code computes
-    assert llama.matmul_flops_traced(fn, ps, tok) == want
-    got = llama.xla_flops(fn, ps, tok)
+    assert hlo.matmul_flops_traced(fn, ps, tok) == want
+    got = hlo.xla_flops(fn, ps, tok)
     assert want <= got <= want * (1 + FLOP_TOL), got / want
 
 
@@ -131,8 +131,8 @@ def test_training_step_flops(c, B, S):
     fn = partial(llama.train_step, config=c)
     want = c.training_flops_per_token(S) * B * S
     assert want == 3 * c.forward_flops_per_token(S) * B * S
-    assert llama.matmul_flops_traced(fn, ps, tok, tok) == want
-    got = llama.xla_flops(fn, ps, tok, tok)
+    assert hlo.matmul_flops_traced(fn, ps, tok, tok) == want
+    got = hlo.xla_flops(fn, ps, tok, tok)
     assert want <= got <= want * (1 + FLOP_TOL), got / want
 
 
@@ -150,8 +150,8 @@ def test_scan_would_undercount():
         return x
 
     one = 2 * 8 * 64 * 64
-    assert llama.xla_flops(unrolled, w, x) == pytest.approx(4 * one, rel=0.01)
-    assert llama.xla_flops(scanned, w, x) < 2 * one
+    assert hlo.xla_flops(unrolled, w, x) == pytest.approx(4 * one, rel=0.01)
+    assert hlo.xla_flops(scanned, w, x) < 2 * one
 
 
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
@@ -162,8 +162,8 @@ def test_decode_step_flops(c, B, S):
     tok = jax.ShapeDtypeStruct((B, 1), jnp.int32)
     fn = partial(llama.forward_with_cache, config=c)
     want = c.forward_flops_per_token(T) * B           # one query against all T cache slots
-    assert llama.matmul_flops_traced(fn, ps, tok, cache, S) == want
-    got = llama.xla_flops(fn, ps, tok, cache, jnp.int32(S))
+    assert hlo.matmul_flops_traced(fn, ps, tok, cache, S) == want
+    got = hlo.xla_flops(fn, ps, tok, cache, jnp.int32(S))
     assert want <= got <= want * (1 + FLOP_TOL), got / want
 
 

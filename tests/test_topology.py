@@ -11,7 +11,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from scalebook import topology as tp
+from scalebook import chip_internals, topology
 from scalebook.errors import UnknownNameError
 from scalebook.hardware import get_chip
 
@@ -25,7 +25,7 @@ def test_systolic_integer_product_is_exact(M, K, N):
     rng = np.random.default_rng(M * 100 + K * 10 + N)
     x = rng.integers(-9, 10, (M, K))
     w = rng.integers(-9, 10, (K, N))
-    run = tp.systolic_matmul(x, w)
+    run = chip_internals.systolic_matmul(x, w)
     np.testing.assert_array_equal(run.out, x @ w)
 
 
@@ -34,26 +34,26 @@ def test_systolic_float_product_and_counts(M, K, N):
     rng = np.random.default_rng(7 + M + K + N)
     x = rng.standard_normal((M, K))
     w = rng.standard_normal((K, N))
-    run = tp.systolic_matmul(x, w)
+    run = chip_internals.systolic_matmul(x, w)
     np.testing.assert_allclose(run.out, x @ w, rtol=1e-12, atol=1e-12)
     # every multiply-add of the product happens exactly once
     assert run.busy.sum() == M * K * N
-    assert run.cycles == len(run.busy) == tp.systolic_cycles(M, K, N)
+    assert run.cycles == len(run.busy) == chip_internals.systolic_cycles(M, K, N)
     assert run.busy.max() <= K * N
     assert 0 < run.utilization <= 1
 
 
 def test_systolic_cycle_count_is_tight():
     # the first cycle and the last cycle both do work: no idle cycle is counted
-    run = tp.systolic_matmul(np.ones((5, 3)), np.ones((3, 4)))
+    run = chip_internals.systolic_matmul(np.ones((5, 3)), np.ones((3, 4)))
     assert run.busy[0] == 1 and run.busy[-1] == 1
     assert np.all(run.busy > 0)
 
 
 def test_systolic_utilization_grows_with_rows():
     w = np.ones((8, 8))
-    small = tp.systolic_matmul(np.ones((2, 8)), w).utilization
-    big = tp.systolic_matmul(np.ones((64, 8)), w).utilization
+    small = chip_internals.systolic_matmul(np.ones((2, 8)), w).utilization
+    big = chip_internals.systolic_matmul(np.ones((64, 8)), w).utilization
     assert big > 3 * small
 
 
@@ -65,12 +65,12 @@ def test_systolic_utilization_grows_with_rows():
 ])
 def test_systolic_bad_input(x, w):
     with pytest.raises(ValueError):
-        tp.systolic_matmul(x, w)
+        chip_internals.systolic_matmul(x, w)
 
 
 def test_systolic_cycles_bad_input():
     with pytest.raises(ValueError, match="K"):
-        tp.systolic_cycles(2, 0, 3)
+        chip_internals.systolic_cycles(2, 0, 3)
 
 
 # ---- MXU -----------------------------------------------------------------------------------
@@ -85,35 +85,35 @@ def _padded_cells_by_counting(K, N, s):
 @pytest.mark.parametrize("chip", ["tpu-v5e", "tpu-v6e"])
 def test_padding_efficiency_matches_tile_count(K, N, chip):
     s = get_chip(chip).mxu_size
-    assert tp.mxu_padding_efficiency(K, N, chip) == pytest.approx(K * N / _padded_cells_by_counting(K, N, s))
+    assert chip_internals.mxu_padding_efficiency(K, N, chip) == pytest.approx(K * N / _padded_cells_by_counting(K, N, s))
 
 
 def test_padding_efficiency_128_vs_256():
-    assert tp.mxu_padding_efficiency(384, 384, "tpu-v5e") == 1.0
-    assert tp.mxu_padding_efficiency(384, 384, "tpu-v6e") < 1.0
-    assert tp.mxu_padding_efficiency(512, 512, "tpu-v6e") == 1.0
-    assert tp.mxu_padding_efficiency(100, 100, 10) == 1.0   # a bare array size works too
+    assert chip_internals.mxu_padding_efficiency(384, 384, "tpu-v5e") == 1.0
+    assert chip_internals.mxu_padding_efficiency(384, 384, "tpu-v6e") < 1.0
+    assert chip_internals.mxu_padding_efficiency(512, 512, "tpu-v6e") == 1.0
+    assert chip_internals.mxu_padding_efficiency(100, 100, 10) == 1.0   # a bare array size works too
 
 
 def test_padding_efficiency_errors():
     with pytest.raises(ValueError, match="MXU"):
-        tp.mxu_padding_efficiency(128, 128, "gpu-h100")
+        chip_internals.mxu_padding_efficiency(128, 128, "gpu-h100")
     with pytest.raises(UnknownNameError):
-        tp.mxu_padding_efficiency(128, 128, "tpu-v9")
+        chip_internals.mxu_padding_efficiency(128, 128, "tpu-v9")
     with pytest.raises(ValueError, match="K"):
-        tp.mxu_padding_efficiency(-1, 128)
+        chip_internals.mxu_padding_efficiency(-1, 128)
 
 
 @pytest.mark.parametrize("chip", ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"])
 def test_mxu_peak_times_count_is_chip_peak(chip):
     c = get_chip(chip)
-    assert tp.mxu_count(chip) == c.tensorcores * c.mxus_per_core
-    assert tp.mxu_peak_flops(chip) * tp.mxu_count(chip) == pytest.approx(c.bf16_flops)
+    assert chip_internals.mxu_count(chip) == c.tensorcores * c.mxus_per_core
+    assert chip_internals.mxu_peak_flops(chip) * chip_internals.mxu_count(chip) == pytest.approx(c.bf16_flops)
 
 
 def test_mxu_count_gpu_raises():
     with pytest.raises(ValueError, match="gpu-h100"):
-        tp.mxu_count("gpu-h100")
+        chip_internals.mxu_count("gpu-h100")
 
 
 # ---- pipelining ----------------------------------------------------------------------------
@@ -132,16 +132,16 @@ def _simulate_double_buffer(n, L, C):
 
 @pytest.mark.parametrize("n,L,C", [(1, 2.0, 3.0), (5, 1.0, 3.0), (5, 3.0, 1.0), (10, 2.0, 2.0), (3, 0.0, 1.0)])
 def test_pipelined_time_matches_event_simulation(n, L, C):
-    assert tp.pipelined_time(n, L, C) == pytest.approx(_simulate_double_buffer(n, L, C))
-    assert tp.pipelined_time(n, L, C, overlap=False) == pytest.approx(n * (L + C))
-    assert tp.pipelined_time(n, L, C) <= tp.pipelined_time(n, L, C, overlap=False)
+    assert chip_internals.pipelined_time(n, L, C) == pytest.approx(_simulate_double_buffer(n, L, C))
+    assert chip_internals.pipelined_time(n, L, C, overlap=False) == pytest.approx(n * (L + C))
+    assert chip_internals.pipelined_time(n, L, C) <= chip_internals.pipelined_time(n, L, C, overlap=False)
 
 
 def test_pipelined_time_errors():
     with pytest.raises(ValueError, match="n_steps"):
-        tp.pipelined_time(0, 1.0, 1.0)
+        chip_internals.pipelined_time(0, 1.0, 1.0)
     with pytest.raises(ValueError, match="load_time"):
-        tp.pipelined_time(2, -1.0, 1.0)
+        chip_internals.pipelined_time(2, -1.0, 1.0)
 
 
 # ---- hop counts ----------------------------------------------------------------------------
@@ -184,26 +184,26 @@ CASES = [((8,), True), ((8,), False), ((5,), True), ((2, 4), False), ((2, 4), Tr
 def test_hops_match_breadth_first_search(shape, wrap):
     nodes, dist, _ = _bfs_hops(shape, wrap)
     for s in nodes[:: max(1, len(nodes) // 6)]:
-        grid = tp.hops_from(s, shape, wrap)
+        grid = topology.hops_from(s, shape, wrap)
         for t in nodes:
-            assert tp.torus_hops(s, t, shape, wrap) == dist[s][t]
+            assert topology.torus_hops(s, t, shape, wrap) == dist[s][t]
             assert grid[t] == dist[s][t]
     all_d = [dist[s][t] for s in nodes for t in nodes if s != t]
-    assert tp.diameter(shape, wrap) == max(all_d)
-    assert tp.mean_hops(shape, wrap) == pytest.approx(sum(all_d) / len(all_d))
+    assert topology.diameter(shape, wrap) == max(all_d)
+    assert topology.mean_hops(shape, wrap) == pytest.approx(sum(all_d) / len(all_d))
 
 
 def test_wraparound_halves_the_diameter_of_a_long_ring():
-    assert tp.diameter((16,), True) * 2 == tp.diameter((16,), False) + 1
+    assert topology.diameter((16,), True) * 2 == topology.diameter((16,), False) + 1
 
 
 @pytest.mark.parametrize("bad", [
-    lambda: tp.torus_hops((0, 0), (0, 4), (2, 4)),       # outside the grid
-    lambda: tp.torus_hops((0,), (1, 1), (2, 4)),         # wrong number of coordinates
-    lambda: tp.hops_from((0, 0), (2, 0)),                # zero-length axis
-    lambda: tp.diameter((2, 2, 2, 2)),                   # four axes
-    lambda: tp.diameter((2, 4), wrap=(True,)),           # wrap per axis of wrong length
-    lambda: tp.parse_shape("4by4"),
+    lambda: topology.torus_hops((0, 0), (0, 4), (2, 4)),       # outside the grid
+    lambda: topology.torus_hops((0,), (1, 1), (2, 4)),         # wrong number of coordinates
+    lambda: topology.hops_from((0, 0), (2, 0)),                # zero-length axis
+    lambda: topology.diameter((2, 2, 2, 2)),                   # four axes
+    lambda: topology.diameter((2, 4), wrap=(True,)),           # wrap per axis of wrong length
+    lambda: topology.parse_shape("4by4"),
 ])
 def test_hop_bad_input(bad):
     with pytest.raises(ValueError):
@@ -211,7 +211,7 @@ def test_hop_bad_input(bad):
 
 
 def test_parse_shape_forms():
-    assert tp.parse_shape("4x4x8") == (4, 4, 8) == tp.parse_shape([4, 4, 8])
+    assert topology.parse_shape("4x4x8") == (4, 4, 8) == topology.parse_shape([4, 4, 8])
 
 
 # ---- slices --------------------------------------------------------------------------------
@@ -227,21 +227,21 @@ def test_parse_shape_forms():
     ("tpu-v4", "4x4x6", (False, False, False)),
 ])
 def test_slice_wraparound(chip, shape, wrap):
-    assert tp.slice_wraparound(chip, shape) == wrap
+    assert topology.slice_wraparound(chip, shape) == wrap
 
 
 @pytest.mark.parametrize("chip,shape", [("tpu-v5e", "32x8"), ("tpu-v5e", "2x2x2"),
                                         ("tpu-v5e", "32x32"), ("gpu-h100", "2x4")])
 def test_slice_wraparound_rejects(chip, shape):
     with pytest.raises(ValueError):
-        tp.slice_wraparound(chip, shape)
+        topology.slice_wraparound(chip, shape)
 
 
 # Hosts per v5p slice: the Cloud TPU v5p configurations table (topology, chips, hosts).
 @pytest.mark.parametrize("shape,chips,hosts", [("2x2x1", 4, 1), ("2x2x2", 8, 2), ("2x4x4", 32, 8),
                                                ("4x4x4", 64, 16), ("16x16x24", 6144, 1536)])
 def test_v5p_slice_hosts_match_cloud_table(shape, chips, hosts):
-    info = tp.slice_info("tpu-v5p", shape)
+    info = topology.slice_info("tpu-v5p", shape)
     assert (info.chips, info.hosts) == (chips, hosts)
     assert info.name == shape
 
@@ -257,23 +257,23 @@ def _bisection_by_counting(shape, wrap):
 @pytest.mark.parametrize("shape,wrap", [((4, 4), True), ((4, 4), False), ((2, 8), True),
                                         ((4, 4, 8), True), ((2, 4, 4), False), ((8,), True)])
 def test_bisection_links_by_counting(shape, wrap):
-    assert tp.bisection_links(shape, wrap) == _bisection_by_counting(shape, wrap)
+    assert topology.bisection_links(shape, wrap) == _bisection_by_counting(shape, wrap)
 
 
 # Published pod bisection bandwidths (Cloud TPU docs: v5e "1.6 TB/s", v6e "3.2 TB/s" per pod).
 @pytest.mark.parametrize("chip,published", [("tpu-v5e", 1.6e12), ("tpu-v6e", 3.2e12)])
 def test_pod_bisection_matches_published(chip, published):
     side = math.isqrt(get_chip(chip).ici_domain_chips)
-    assert tp.bisection_bandwidth(chip, (side, side)) == pytest.approx(published, rel=0.01)
+    assert topology.bisection_bandwidth(chip, (side, side)) == pytest.approx(published, rel=0.01)
 
 
 # ---- transfer time and the bandwidth hierarchy ---------------------------------------------
 
 def test_transfer_time_formula():
-    assert tp.transfer_time(1e9, 5e10) == pytest.approx(0.02)
-    assert tp.transfer_time(1e9, 5e10, hops=6, hop_latency=1e-6) == pytest.approx(0.02 + 6e-6)
-    assert tp.transfer_time(1e9, 5e10, links=2) == pytest.approx(0.01)
-    assert tp.transfer_time(0, 5e10, hops=3, hop_latency=1e-6) == pytest.approx(3e-6)
+    assert topology.transfer_time(1e9, 5e10) == pytest.approx(0.02)
+    assert topology.transfer_time(1e9, 5e10, hops=6, hop_latency=1e-6) == pytest.approx(0.02 + 6e-6)
+    assert topology.transfer_time(1e9, 5e10, links=2) == pytest.approx(0.01)
+    assert topology.transfer_time(0, 5e10, hops=3, hop_latency=1e-6) == pytest.approx(3e-6)
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -285,13 +285,13 @@ def test_transfer_time_formula():
 ])
 def test_transfer_time_errors(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        tp.transfer_time(**kwargs)
+        topology.transfer_time(**kwargs)
 
 
 @pytest.mark.parametrize("chip", ["tpu-v5e", "tpu-v5p", "gpu-h100"])
 def test_bandwidth_hierarchy(chip):
     c = get_chip(chip)
-    rows = tp.bandwidth_hierarchy(chip)
+    rows = topology.bandwidth_hierarchy(chip)
     bw = {r["level"].split(",")[0]: r["bandwidth"] for r in rows}
     assert rows[0]["bandwidth"] == c.hbm_bandwidth
     assert rows[1]["bandwidth"] == c.ici_links * c.ici_link_bandwidth
@@ -304,7 +304,7 @@ def test_bandwidth_hierarchy(chip):
 
 def test_bandwidth_hierarchy_unknown_chip():
     with pytest.raises(UnknownNameError, match="known chips"):
-        tp.bandwidth_hierarchy("tpu-v99")
+        topology.bandwidth_hierarchy("tpu-v99")
 
 
 @pytest.mark.parametrize("M,K,N", [(2, 3, 4), (16, 8, 5), (1, 32, 32)])
@@ -314,6 +314,6 @@ def test_systolic_matches_jax_dot_in_float32(M, K, N):
     rng = np.random.default_rng(M + 2 * K + 3 * N)
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((K, N)).astype(np.float32)
-    run = tp.systolic_matmul(x, w)
+    run = chip_internals.systolic_matmul(x, w)
     assert run.out.dtype == np.float32
     np.testing.assert_allclose(run.out, np.asarray(jnp.dot(x, w)), rtol=1e-5, atol=1e-5)

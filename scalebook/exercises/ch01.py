@@ -7,7 +7,8 @@ import math
 from .. import roofline as rl
 from ..hardware import get_chip
 from ..models import get_model
-from . import ChoiceExercise, CodeExercise, NumericExercise, _as_number, register
+from .core import register
+from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
 
 
 def _close(a, b, rtol=0.03):
@@ -171,7 +172,7 @@ _CASES_10 = [(8192, 28672, "tpu-v5e"), (28672, 8192, "gpu-h100"), (4096, 4096, "
 
 register(CodeExercise(
     id="1.10", title="Smallest compute-bound batch, in code", reference=_critical_batch_ref,
-    cases=_CASES_10, compare=lambda got, want: _as_number(got) == want,
+    cases=_CASES_10, compare=lambda got, want: as_number(got) == want,
     describe=lambda D, F, chip: f"D={D}, F={F}, chip={chip!r}",
     hints=[
         (lambda got, want, args: abs(got - math.ceil(get_chip(args[2]).critical_intensity)) <= 1,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
-from .. import topology as tp
+from .. import chip_internals, topology
 from ..hardware import get_chip
 from ..models import get_model
-from . import ChoiceExercise, CodeExercise, NumericExercise, _as_number, register
+from .core import register
+from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
 
 
 def _close(a, b, rtol=0.03):
@@ -22,12 +23,12 @@ def _weights_70b() -> float:
 # 2.1 ------------------------------------------------------------------------------------
 register(NumericExercise(
     id="2.1", title="One MXU's share of a TPU v5p", unit="FLOP/s",
-    reference=lambda: tp.mxu_peak_flops("tpu-v5p"),
+    reference=lambda: chip_internals.mxu_peak_flops("tpu-v5p"),
     hints=[
         (lambda a: _close(a, get_chip("tpu-v5p").bf16_flops / get_chip("tpu-v5p").mxus_per_core),
          "a v5p chip has two TensorCores, each with its own MXUs."),
         (lambda a: _close(a, get_chip("tpu-v5p").bf16_flops), "that is the whole chip; divide by its MXUs."),
-        (lambda a: _close(a, tp.mxu_peak_flops("tpu-v5p") / 2),
+        (lambda a: _close(a, chip_internals.mxu_peak_flops("tpu-v5p") / 2),
          "a multiply-add counts as 2 FLOPs (a multiply and an add)."),
     ],
 ))
@@ -37,8 +38,8 @@ register(NumericExercise(
 _CASES_2 = [(1, 1, 1), (8, 128, 128), (3, 4, 5), (256, 128, 128), (1, 256, 256), (100, 7, 3)]
 
 register(CodeExercise(
-    id="2.2", title="Cycles of a weight-stationary systolic array", reference=tp.systolic_cycles,
-    cases=_CASES_2, compare=lambda got, want: _as_number(got) == want,
+    id="2.2", title="Cycles of a weight-stationary systolic array", reference=chip_internals.systolic_cycles,
+    cases=_CASES_2, compare=lambda got, want: as_number(got) == want,
     describe=lambda M, K, N: f"M={M}, K={K}, N={N}",
     hints=[
         (lambda got, want, args: got == want + 1, "one cycle too many: cycle 0 already does work."),
@@ -55,11 +56,11 @@ _K3, _N3 = 384, 640
 
 register(NumericExercise(
     id="2.3", title="Padding waste on Trillium", unit="fraction (0 to 1)",
-    reference=lambda: tp.mxu_padding_efficiency(_K3, _N3, "tpu-v6e"),
+    reference=lambda: chip_internals.mxu_padding_efficiency(_K3, _N3, "tpu-v6e"),
     hints=[
-        (lambda a: _close(a, tp.mxu_padding_efficiency(_K3, _N3, "tpu-v5e")),
+        (lambda a: _close(a, chip_internals.mxu_padding_efficiency(_K3, _N3, "tpu-v5e")),
          "that is the answer for a 128 x 128 MXU; v6e's MXU is larger."),
-        (lambda a: _close(a, 1 - tp.mxu_padding_efficiency(_K3, _N3, "tpu-v6e")),
+        (lambda a: _close(a, 1 - chip_internals.mxu_padding_efficiency(_K3, _N3, "tpu-v6e")),
          "that is the wasted fraction; the question asks for the useful one."),
         (lambda a: a > 1, "a fraction of the work is between 0 and 1."),
     ],
@@ -68,7 +69,7 @@ register(NumericExercise(
 
 # 2.4 ------------------------------------------------------------------------------------
 def _torus_ref(src, dst, shape):
-    return tp.torus_hops(src, dst, shape, wrap=True)
+    return topology.torus_hops(src, dst, shape, wrap=True)
 
 
 _CASES_4 = [((0, 0), (1, 1), (4, 4)), ((0, 0), (3, 3), (4, 4)), ((0,), (7,), (8,)),
@@ -76,10 +77,10 @@ _CASES_4 = [((0, 0), (1, 1), (4, 4)), ((0, 0), (3, 3), (4, 4)), ((0,), (7,), (8,
 
 register(CodeExercise(
     id="2.4", title="Hops on a torus", reference=_torus_ref, cases=_CASES_4,
-    compare=lambda got, want: _as_number(got) == want,
+    compare=lambda got, want: as_number(got) == want,
     describe=lambda src, dst, shape: f"src={src}, dst={dst}, shape={shape}",
     hints=[
-        (lambda got, want, args: got == tp.torus_hops(*args, wrap=False),
+        (lambda got, want, args: got == topology.torus_hops(*args, wrap=False),
          "that is the distance without wraparound links; the ends of each axis are joined."),
         (lambda got, want, args: got == max(abs(a - b) for a, b in zip(args[0], args[1])),
          "hops along different axes add up; they are not done at the same time."),
@@ -92,11 +93,11 @@ _SHAPE5 = (8, 16)
 
 register(NumericExercise(
     id="2.5", title="Diameter of a v5e 8x16 slice", unit="hops", integer=True,
-    reference=lambda: tp.slice_info("tpu-v5e", _SHAPE5).diameter,
+    reference=lambda: topology.slice_info("tpu-v5e", _SHAPE5).diameter,
     hints=[
-        (lambda a: a == tp.diameter(_SHAPE5, wrap=False),
+        (lambda a: a == topology.diameter(_SHAPE5, wrap=False),
          "the 16-long axis spans the whole pod, so it has a wraparound link."),
-        (lambda a: a == tp.diameter(_SHAPE5, wrap=True),
+        (lambda a: a == topology.diameter(_SHAPE5, wrap=True),
          "only an axis that spans the full pod width wraps; the 8-long axis does not."),
     ],
 ))
@@ -203,8 +204,8 @@ _BYTES12, _LAT12 = 1e9, 1e-6
 
 def _send_12(links):
     shape = (4, 4)
-    hops = tp.torus_hops((0, 0), (3, 3), shape, wrap=tp.slice_wraparound("tpu-v5e", shape))
-    return tp.transfer_time(_BYTES12, get_chip("tpu-v5e").ici_link_bandwidth, hops=hops,
+    hops = topology.torus_hops((0, 0), (3, 3), shape, wrap=topology.slice_wraparound("tpu-v5e", shape))
+    return topology.transfer_time(_BYTES12, get_chip("tpu-v5e").ici_link_bandwidth, hops=hops,
                             links=links, hop_latency=_LAT12)
 
 

@@ -1,24 +1,23 @@
 """Chapter 3 exercises: sharded matrices and collectives.
 
-Reference answers are computed from scalebook (comms, roofline, hardware, models). The code
+Reference answers are computed from scalebook (collectives, roofline, hardware, models). The code
 exercises run the student's program on the 2x4 mesh of the notebook (``scalebook.setup()``
 must have run), compare the numbers with an unsharded computation, and read the compiled
-program with :func:`scalebook.comms.collectives` to check which collectives it contains.
+program with :func:`scalebook.hlo.collectives` to check which collectives it contains.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
 
-from .. import comms
+from .. import collectives
 from .. import roofline as rl
 from ..hardware import get_chip
 from ..models import get_model
-from . import CORRECT, UNANSWERED, WRONG, ChoiceExercise, Exercise, NumericExercise, register
+from .core import register
+from .kinds import ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise
 
-__all__ = ["MeshProgramExercise", "MESH_SHAPE", "MESH_AXES"]
+__all__ = ["MESH_SHAPE", "MESH_AXES"]
 
 MESH_SHAPE, MESH_AXES = (2, 4), ("x", "y")
 
@@ -38,7 +37,7 @@ def _w_up_bytes(bytes_per_element=2):
 
 
 def _ex1(bytes_per_element=2):
-    return comms.ring_bytes("all-gather", _w_up_bytes(bytes_per_element), 16)
+    return collectives.ring_bytes("all-gather", _w_up_bytes(bytes_per_element), 16)
 
 
 register(NumericExercise(
@@ -55,7 +54,7 @@ register(NumericExercise(
 
 # 3.2 -------------------------------------------------------------------------------------
 def _ex2(topology="torus"):
-    return comms.collective_time("all-reduce", _w_up_bytes(), 8, "tpu-v5p", topology=topology)
+    return collectives.collective_time("all-reduce", _w_up_bytes(), 8, "tpu-v5p", topology=topology)
 
 
 register(NumericExercise(
@@ -110,17 +109,17 @@ def _a2a_bytes():
 
 
 def _ex6():
-    return comms.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e", topology="torus")
+    return collectives.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e", topology="torus")
 
 
 register(NumericExercise(
     id="3.6", title="All-to-all on a bidirectional ring", unit="s", reference=_ex6,
     hints=[
-        (lambda a: _close(a, comms.ring_bytes("all-to-all", _a2a_bytes(), 16)
+        (lambda a: _close(a, collectives.ring_bytes("all-to-all", _a2a_bytes(), 16)
                           / (2 * get_chip("tpu-v5e").ici_link_bandwidth)),
          "that counts each block once, but a block for a device d steps away crosses "
          "min(d, n - d) links on its way."),
-        (lambda a: _close(a, comms.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e",
+        (lambda a: _close(a, collectives.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e",
                                                    topology="ring")),
          "that is a one-way ring; the torus axis sends each block the shorter way round."),
     ],
@@ -130,7 +129,7 @@ register(NumericExercise(
 # 3.7 -------------------------------------------------------------------------------------
 def _ex7(topology="torus", n=16):
     m = _70b()
-    t_gather = comms.collective_time("all-gather", _w_up_bytes(), n, "tpu-v5p", topology=topology)
+    t_gather = collectives.collective_time("all-gather", _w_up_bytes(), n, "tpu-v5p", topology=topology)
     t_per_token = rl.compute_time(rl.matmul_flops(1, m.d_model, m.d_ff), "tpu-v5p")
     return t_gather / t_per_token
 
@@ -149,7 +148,7 @@ register(NumericExercise(
 
 # 3.8 -------------------------------------------------------------------------------------
 def _ex8(axes=(4, 4, 4)):
-    return comms.collective_time("reduce-scatter", _70b().params_per_layer() * 2, axes, "tpu-v5p")
+    return collectives.collective_time("reduce-scatter", _70b().params_per_layer() * 2, axes, "tpu-v5p")
 
 
 register(NumericExercise(
@@ -169,7 +168,7 @@ register(NumericExercise(
 def _ex9(n=8, matmuls=3):
     m = _70b()
     B = 4096
-    t_comm = comms.collective_time("all-reduce", B * m.d_model * 2, n, "tpu-v5p")
+    t_comm = collectives.collective_time("all-reduce", B * m.d_model * 2, n, "tpu-v5p")
     t_math = rl.compute_time(matmuls * rl.matmul_flops(B, m.d_model, m.d_ff) / n, "tpu-v5p")
     return t_comm / t_math
 
@@ -190,72 +189,6 @@ register(NumericExercise(
 # Code exercises run on the mesh
 # ------------------------------------------------------------------------------------------
 
-class _NotAttempted(Exception):
-    pass
-
-
-def _mesh():
-    from ..mesh import make_mesh
-    return make_mesh(MESH_SHAPE, MESH_AXES)
-
-
-@dataclass
-class MeshProgramExercise(Exercise):
-    """A code answer that becomes a program on the 2x4 mesh.
-
-    ``build(answer, case, mesh)`` returns ``(jitted_fn, args)``; the check compiles it,
-    runs it, compares the output with ``expected(case, *args)`` (numbers) and asks
-    ``collectives_ok(records, case)`` for an error message (or None) about the compiled
-    program's collectives. Each case is a different shape, so a program that only works
-    for one shape does not pass.
-    """
-
-    build: Callable = None
-    expected: Callable = None
-    collectives_ok: Callable = None
-    cases: list = field(default_factory=list)
-    describe: Callable = None
-    error_hints: list = field(default_factory=list)   # (substring of an error, message)
-    rtol: float = 1e-5
-
-    def evaluate(self, answer) -> "Result":  # noqa: F821
-        import numpy as np
-
-        if answer is Ellipsis or answer is None:
-            return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
-        if not callable(answer):
-            return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
-        mesh = _mesh()
-        for case in self.cases:
-            label = self.describe(*case) if self.describe else repr(case)
-            try:
-                fn, args = self.build(answer, case, mesh)
-                compiled = fn.lower(*args).compile()
-                got = np.asarray(compiled(*args))
-            except _NotAttempted:
-                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
-            except Exception as e:  # the student's code: report, never raise
-                text = f"{type(e).__name__}: {e}"
-                for needle, message in self.error_hints:
-                    if needle in text:
-                        return self._result(WRONG, f"not yet ({label}): {message}")
-                return self._result(WRONG, f"your program failed for {label}: {text[:400]}")
-            want = np.asarray(self.expected(case, *args))
-            if got.shape != want.shape:
-                return self._result(WRONG, f"not yet: for {label} the result has shape "
-                                           f"{got.shape}, expected {want.shape}.")
-            if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
-                return self._result(WRONG, f"not yet: wrong numbers for {label}.")
-            records = comms.collectives(compiled)
-            problem = self.collectives_ok(records, case)
-            if problem:
-                kinds = ", ".join(r.kind for r in records) or "none"
-                return self._result(WRONG, f"the numbers are right for {label}, but {problem} "
-                                           f"(the compiled program has: {kinds}).")
-        return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
-                                     f"and the intended collectives.")
-
-
 def _inputs(shapes, seed):
     import numpy as np
     rng = np.random.default_rng(seed)
@@ -266,7 +199,7 @@ def _guard(answer):
     def body(*blocks):
         out = answer(*blocks)
         if out is None:
-            raise _NotAttempted
+            raise NotAttempted
         return out
     return body
 
@@ -295,7 +228,7 @@ def _fsdp_collectives(records, case):
         return "FSDP gathers the weight and needs no other collective"
     if len(ag) != 1 or ag[0].group_size != 4:
         return "expected one all-gather of w over the 4 devices of axis 'y'"
-    if not math.isclose(ag[0].bytes_per_device, comms.ring_bytes("all-gather", D * F * 4, 4)):
+    if not math.isclose(ag[0].bytes_per_device, collectives.ring_bytes("all-gather", D * F * 4, 4)):
         return "the all-gather should move the weight w (not the activations)"
     return None
 
@@ -334,7 +267,7 @@ def _rs_collectives(records, case):
     rs = [r for r in records if r.kind == "reduce-scatter"]
     if _only_kinds(records, ("reduce-scatter",)) or len(rs) != 1 or rs[0].group_size != 4:
         return "expected exactly one reduce-scatter over the 4 devices of axis 'y'"
-    if not math.isclose(rs[0].bytes_per_device, comms.ring_bytes("reduce-scatter", B * F * 4, 4)):
+    if not math.isclose(rs[0].bytes_per_device, collectives.ring_bytes("reduce-scatter", B * F * 4, 4)):
         return "the reduce-scatter should act on the [B, F] partial sums"
     return None
 
@@ -356,7 +289,7 @@ def _build_specs(answer, case, mesh):
     M, K, N = case
     specs = answer(M, K, N)
     if specs is None:
-        raise _NotAttempted
+        raise NotAttempted
     if not (isinstance(specs, (tuple, list)) and len(specs) == 3
             and all(isinstance(s, P) for s in specs)):
         raise TypeError("return three PartitionSpecs (spec_a, spec_b, spec_c)")

@@ -6,7 +6,8 @@ import math
 
 from ..hardware import get_chip
 from ..models import LLAMA3_405B_TOKENS, TransformerConfig, get_model
-from . import ChoiceExercise, CodeExercise, NumericExercise, _as_number, register
+from .core import register
+from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
 
 
 def _close(a, b, rtol=0.02):
@@ -258,9 +259,9 @@ register(CodeExercise(
     describe=lambda L, K, h, B, S, s: f"n_layers={L}, n_kv_heads={K}, head_dim={h}, batch={B}, "
                                       f"context={S}, bytes_per_element={s}",
     hints=[
-        (lambda got, want, args: _close(_as_number(got), want / 2, 1e-9), "keys AND values: a factor 2."),
-        (lambda got, want, args: _close(_as_number(got), want / args[3], 1e-9), "multiply by the batch."),
-        (lambda got, want, args: _close(_as_number(got), want / args[5], 1e-9), "multiply by bytes_per_element."),
+        (lambda got, want, args: _close(as_number(got), want / 2, 1e-9), "keys AND values: a factor 2."),
+        (lambda got, want, args: _close(as_number(got), want / args[3], 1e-9), "multiply by the batch."),
+        (lambda got, want, args: _close(as_number(got), want / args[5], 1e-9), "multiply by bytes_per_element."),
     ],
 ))
 
@@ -283,18 +284,18 @@ _CASES_12 = [(32, 4096, 32, 8, 128, 14336, 128256, False),
 
 register(CodeExercise(
     id="4.12", title="Parameter count, in code", reference=_params_ref, cases=_CASES_12,
-    compare=lambda got, want: _as_number(got) == want,
+    compare=lambda got, want: as_number(got) == want,
     describe=lambda L, d, H, K, h, F, V, t: f"L={L}, d={d}, H={H}, K={K}, h={h}, F={F}, V={V}, tied={t}",
     hints=[
-        (lambda got, want, args: _as_number(got) == want - _norms(args),
+        (lambda got, want, args: as_number(got) == want - _norms(args),
          "the RMSNorm gains count too: two per layer and a final one, d each."),
-        (lambda got, want, args: _as_number(got) == want - args[1] * args[6] and args[7] is False,
+        (lambda got, want, args: as_number(got) == want - args[1] * args[6] and args[7] is False,
          "untied: the output head is a separate V x d matrix."),
-        (lambda got, want, args: _as_number(got) == want + args[1] * args[6] and args[7] is True,
+        (lambda got, want, args: as_number(got) == want + args[1] * args[6] and args[7] is True,
          "tied: the output head reuses the embedding, so count V x d once."),
-        (lambda got, want, args: _as_number(got) == want + 2 * args[0] * args[1] * (args[2] - args[3]) * args[4],
+        (lambda got, want, args: as_number(got) == want + 2 * args[0] * args[1] * (args[2] - args[3]) * args[4],
          "k and v have n_kv_heads heads, not n_heads."),
-        (lambda got, want, args: _as_number(got) == want + 2 * args[0] * args[1] * (args[1] - args[2] * args[4]),
+        (lambda got, want, args: as_number(got) == want + 2 * args[0] * args[1] * (args[1] - args[2] * args[4]),
          "the q and o projections are d x (n_heads head_dim), which need not equal d x d."),
     ],
 ))

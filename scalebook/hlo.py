@@ -1,76 +1,39 @@
-"""Collectives: what a compiled program sends between devices, and how long that takes.
+"""Reading compiled programs: HLO text, the collectives in it, and XLA's cost analysis.
 
-Two halves:
+* :func:`hlo_text` -- the HLO text of a ``jax.stages.Compiled`` (local file tables cut).
+* :func:`collectives` -- one :class:`Collective` record per collective operation (kind,
+  replica groups, shapes, dtype, loop count) with the bytes each device sends under the
+  ring model of :mod:`scalebook.collectives`; :func:`total_bytes`, :func:`summarize`,
+  :func:`collective_lines` (the HLO lines, for display), :func:`parse_replica_groups`
+  (every replica-group syntax XLA prints).
+* :func:`cost` -- ``compiled.cost_analysis()`` as one dict on every JAX version;
+  :func:`xla_flops` -- the FLOPs XLA counts for ``jax.jit(fn)(*args)``;
+  :func:`matmul_flops_traced` -- the FLOPs of the ``dot_general`` ops of a traced program.
+* :func:`memory` -- ``compiled.memory_analysis()`` as a small record of byte counts.
 
-1. :func:`collectives` reads the HLO text of a compiled JAX program and returns one
-   :class:`Collective` record per collective operation, with the bytes each taking part
-   device sends under the ring algorithms of chapter 3.
-2. :func:`ring_bytes` and :func:`collective_time` are the cost formulas: bytes sent per
-   device, and seconds on a unidirectional ring or on a bidirectional torus axis.
-
-Byte model (per participating device, ring algorithms; ``n`` = devices in the group):
-
-============================ ===============================================
-all-gather                   (n - 1) / n x output bytes (the gathered array)
-reduce-scatter               (n - 1) / n x input bytes (the unreduced array)
-all-reduce                   2 (n - 1) / n x array bytes
-all-to-all                   (n - 1) / n x input bytes (the chunks that leave)
-collective-permute           input bytes, for a device that really sends
-============================ ===============================================
-
-Sizes are in bytes, bandwidths in bytes/s (one direction of one link), times in seconds.
+What a comparison with these verifies: the kinds, shapes, dtypes and replica groups are
+XLA's own; a byte count derived from those shapes with :func:`scalebook.collectives.ring_bytes`
+checks the shapes and groups, not the ring formula itself.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .hardware import Chip, get_chip
-from .units import check_nonnegative, check_positive, check_positive_int
+from .collectives import KINDS, ring_bytes
+from .units import DTYPE_BYTES
 
 __all__ = [
     "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
-    "parse_replica_groups", "DTYPE_BYTES", "dtype_bytes", "KINDS",
-    "ring_bytes", "collective_time", "TOPOLOGIES",
+    "parse_replica_groups", "cost", "xla_flops", "matmul_flops_traced", "MemoryUse", "memory",
 ]
 
-KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
-TOPOLOGIES = ("ring", "torus")
 
-# Bytes per element of each HLO element type (and the usual NumPy/JAX names).
-DTYPE_BYTES = {
-    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8,
-    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
-    "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25,
-    "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1,
-    "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5, "token": 0,
-}
-_ALIASES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
-            "int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "int64": "s64",
-            "uint32": "u32", "uint64": "u64", "bool": "pred", "float8_e4m3fn": "f8e4m3fn",
-            "float8_e5m2": "f8e5m2", "int4": "s4", "uint4": "u4", "complex64": "c64"}
-
-
-def dtype_bytes(dtype) -> float:
-    """Bytes per element of a dtype given as an HLO name ("bf16") or a NumPy/JAX dtype."""
-    if not isinstance(dtype, str):
-        try:
-            dtype = np.dtype(dtype).name
-        except TypeError:
-            raise ValueError(f"dtype {dtype!r} is not a dtype") from None
-    name = dtype.strip().lower()
-    name = _ALIASES.get(name, name)
-    if name not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r} is not one this module knows; known: "
-                         f"{', '.join(sorted(DTYPE_BYTES))}")
-    return DTYPE_BYTES[name]
-
-
+# ------------------------------------------------------------------------------------------
 # ------------------------------------------------------------------------------------------
 # The records
 # ------------------------------------------------------------------------------------------
@@ -447,22 +410,6 @@ def _kind(opcode: str) -> tuple[str | None, bool]:
     return (base if base in KINDS else None), is_async
 
 
-def ring_bytes(kind: str, nbytes: float, n: int) -> float:
-    """Bytes each of ``n`` devices sends in one collective, ring algorithms.
-
-    ``nbytes`` is, per device: the gathered output (all-gather), the unreduced input
-    (reduce-scatter), the array (all-reduce), the input (all-to-all), or the block sent
-    (collective-permute). See the table in the module docstring.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    nbytes = check_nonnegative("nbytes", nbytes)
-    n = check_positive_int("n (devices in the group)", n)
-    if kind == "collective-permute":
-        return nbytes
-    frac = (n - 1) / n
-    return 2 * frac * nbytes if kind == "all-reduce" else frac * nbytes
-
 
 def collectives(compiled, num_devices: int | None = None) -> list[Collective]:
     """One :class:`Collective` per collective in a compiled program, in program order.
@@ -609,70 +556,99 @@ def collective_lines(compiled, width: int = 160) -> list[str]:
     return out
 
 
+
+
 # ------------------------------------------------------------------------------------------
-# Time on real links
+# XLA's cost and memory analysis
 # ------------------------------------------------------------------------------------------
 
-def _ring_all_to_all_link_load(nbytes: float, n: int, torus: bool) -> float:
-    """Bytes that cross the busiest directed link in an all-to-all of ``nbytes`` per device.
+def _require_compiled(compiled, what: str):
+    if type(compiled).__name__ == "Lowered":
+        raise TypeError(f"{what}: got a jax.stages.Lowered; call .compile() on it first")
+    if not hasattr(compiled, "cost_analysis") or not hasattr(compiled, "memory_analysis"):
+        raise TypeError(f"{what}: expected a jax.stages.Compiled "
+                        f"(jax.jit(f).lower(*args).compile()); got {type(compiled).__name__}")
 
-    Each device sends a block of nbytes / n to every other device, forwarded hop by hop. On
-    a unidirectional ring the block for the device d steps away crosses d links; on a
-    bidirectional ring it takes the shorter way, min(d, n - d) links, and a tie is split
-    evenly between the two directions.
+
+def cost(compiled) -> dict:
+    """``compiled.cost_analysis()`` as one dict ("flops", "bytes accessed", ...).
+
+    Older JAX versions returned a list with one dict per program; this returns the dict.
     """
-    block = nbytes / n
-    if torus:
-        hops = sum(min(d, n - d) for d in range(1, n))
-        return block * hops / 2      # two outgoing links per device share the load
-    return block * n * (n - 1) / 2
+    _require_compiled(compiled, "cost")
+    c = compiled.cost_analysis()
+    if isinstance(c, (list, tuple)):
+        c = c[0] if c else {}
+    return dict(c or {})
 
 
-def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
-                    topology: str = "torus") -> float:
-    """Seconds for one collective over mesh ``axes`` with ring algorithms.
+def xla_flops(fn, *args) -> float:
+    """FLOPs that XLA's cost analysis reports for ``jax.jit(fn)(*args)`` after compiling
+    (args may be arrays or jax.ShapeDtypeStruct). Loop bodies count once, so unroll."""
+    import jax
 
-    ``nbytes`` is the per-device array defined in :func:`ring_bytes`. ``axes`` is the group
-    size ``n`` or a tuple of axis sizes (a collective over several torus axes at once).
-    The link bandwidth is ``bandwidth`` (bytes/s, one direction) or the chip's
-    ``ici_link_bandwidth``.
+    return float(cost(jax.jit(fn).lower(*args).compile())["flops"])
 
-    ``topology="ring"``: one unidirectional ring per axis, so T = ring_bytes / W.
-    ``topology="torus"``: a bidirectional ring with wraparound per axis; half the data goes
-    each way, so T = ring_bytes / (2 W).
-    With k axes of size > 1 the ring traffic spreads over k times as many links
-    (the usual first-order model): T is divided by k.
 
-    Exceptions: a collective-permute sends its block to one neighbour over one link,
-    T = nbytes / W. An all-to-all forwards blocks over several hops; T is the load of the
-    busiest link (see ``_ring_all_to_all_link_load``) divided by W (one axis only).
+def _dot_general_flops(eqn) -> int:
+    (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
+    lhs, out = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
+    k = int(np.prod([lhs[i] for i in lhs_contract], dtype=np.int64))
+    return 2 * int(np.prod(out, dtype=np.int64)) * k
+
+
+def _count_dots(jaxpr) -> int:
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            total += _dot_general_flops(eqn)
+        for v in eqn.params.values():
+            inner = getattr(v, "jaxpr", None)
+            if inner is not None and hasattr(inner, "eqns"):
+                total += _count_dots(inner)
+            elif hasattr(v, "eqns"):
+                total += _count_dots(v)
+    return total
+
+
+def matmul_flops_traced(fn, *args) -> int:
+    """FLOPs of every matrix multiplication (``dot_general``) in the traced program of
+    ``fn(*args)``: 2 x (output size) x (contracted size) each, loops not multiplied.
+    Unlike :func:`xla_flops` this leaves out all elementwise work, so it can be compared
+    with the matmul formulas exactly."""
+    import jax
+
+    return _count_dots(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes per device that XLA's ``memory_analysis()`` reports for a compiled program.
+
+    arguments: the inputs; outputs: the results; temporaries: scratch space XLA allocates
+    while the program runs; aliased: output bytes that reuse an input's buffer (donation);
+    generated_code: the program itself. ``peak`` = arguments + outputs + temporaries -
+    aliased, the footprint while the program runs (an upper bound: XLA may free inputs early).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}; got {topology!r}")
-    if isinstance(axes, (tuple, list)):
-        sizes = [check_positive_int("axes", a) for a in axes]
-        if not sizes:
-            raise ValueError("axes must name at least one axis size")
-    else:
-        sizes = [check_positive_int("axes (devices in the group)", axes)]
-    if bandwidth is None:
-        if chip is None:
-            raise ValueError("give a chip (e.g. 'tpu-v5p') or bandwidth= in bytes/s")
-        bandwidth = get_chip(chip).ici_link_bandwidth
-    W = check_positive("bandwidth (bytes/s)", bandwidth)
-    nbytes = check_nonnegative("nbytes", nbytes)
-    n = math.prod(sizes)
-    if n == 1:
-        return 0.0
-    torus = topology == "torus"
-    if kind == "collective-permute":
-        return nbytes / W
-    if kind == "all-to-all":
-        if len([s for s in sizes if s > 1]) > 1:
-            raise ValueError("collective_time models an all-to-all over one axis only")
-        return _ring_all_to_all_link_load(nbytes, n, torus) / W
-    k = len([s for s in sizes if s > 1])
-    directions = 2 if torus else 1
-    return ring_bytes(kind, nbytes, n) / (W * directions * k)
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    aliased: int
+    generated_code: int
+
+    @property
+    def peak(self) -> int:
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
+
+def memory(compiled) -> MemoryUse:
+    """``compiled.memory_analysis()`` as a :class:`MemoryUse` (bytes per device)."""
+    _require_compiled(compiled, "memory")
+    m = compiled.memory_analysis()
+    if m is None:
+        raise ValueError("memory: this backend gives no memory analysis for the program")
+    return MemoryUse(
+        arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
+        temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes),
+        generated_code=int(getattr(m, "generated_code_size_in_bytes", 0)))

@@ -1,0 +1,113 @@
+"""Collective cost formulas: bytes each device sends, and seconds on real links.
+
+Chapter 3 derives these; :mod:`scalebook.hlo` reads the collectives of a compiled program
+and uses :func:`ring_bytes` for their per-device bytes.
+
+Byte model (per participating device, ring algorithms; ``n`` = devices in the group):
+
+============================ ===============================================
+all-gather                   (n - 1) / n x output bytes (the gathered array)
+reduce-scatter               (n - 1) / n x input bytes (the unreduced array)
+all-reduce                   2 (n - 1) / n x array bytes
+all-to-all                   (n - 1) / n x input bytes (the chunks that leave)
+collective-permute           input bytes, for a device that really sends
+============================ ===============================================
+
+Sizes are in bytes, bandwidths in bytes/s (one direction of one link), times in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .hardware import get_chip
+from .units import check_nonnegative, check_positive, check_positive_int
+
+__all__ = ["KINDS", "TOPOLOGIES", "ring_bytes", "collective_time"]
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+TOPOLOGIES = ("ring", "torus")
+
+
+def ring_bytes(kind: str, nbytes: float, n: int) -> float:
+    """Bytes each of ``n`` devices sends in one collective, ring algorithms.
+
+    ``nbytes`` is, per device: the gathered output (all-gather), the unreduced input
+    (reduce-scatter), the array (all-reduce), the input (all-to-all), or the block sent
+    (collective-permute). See the table in the module docstring.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    nbytes = check_nonnegative("nbytes", nbytes)
+    n = check_positive_int("n (devices in the group)", n)
+    if kind == "collective-permute":
+        return nbytes
+    frac = (n - 1) / n
+    return 2 * frac * nbytes if kind == "all-reduce" else frac * nbytes
+
+
+
+def _ring_all_to_all_link_load(nbytes: float, n: int, torus: bool) -> float:
+    """Bytes that cross the busiest directed link in an all-to-all of ``nbytes`` per device.
+
+    Each device sends a block of nbytes / n to every other device, forwarded hop by hop. On
+    a unidirectional ring the block for the device d steps away crosses d links; on a
+    bidirectional ring it takes the shorter way, min(d, n - d) links, and a tie is split
+    evenly between the two directions.
+    """
+    block = nbytes / n
+    if torus:
+        hops = sum(min(d, n - d) for d in range(1, n))
+        return block * hops / 2      # two outgoing links per device share the load
+    return block * n * (n - 1) / 2
+
+
+def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
+                    topology: str = "torus") -> float:
+    """Seconds for one collective over mesh ``axes`` with ring algorithms.
+
+    ``nbytes`` is the per-device array defined in :func:`ring_bytes`. ``axes`` is the group
+    size ``n`` or a tuple of axis sizes (a collective over several torus axes at once).
+    The link bandwidth is ``bandwidth`` (bytes/s, one direction) or the chip's
+    ``ici_link_bandwidth``.
+
+    ``topology="ring"``: one unidirectional ring per axis, so T = ring_bytes / W.
+    ``topology="torus"``: a bidirectional ring with wraparound per axis; half the data goes
+    each way, so T = ring_bytes / (2 W).
+    With k axes of size > 1 the ring traffic spreads over k times as many links
+    (the usual first-order model): T is divided by k.
+
+    Exceptions: a collective-permute sends its block to one neighbour over one link,
+    T = nbytes / W. An all-to-all forwards blocks over several hops; T is the load of the
+    busiest link (see ``_ring_all_to_all_link_load``) divided by W (one axis only).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}; got {topology!r}")
+    if isinstance(axes, (tuple, list)):
+        sizes = [check_positive_int("axes", a) for a in axes]
+        if not sizes:
+            raise ValueError("axes must name at least one axis size")
+    else:
+        sizes = [check_positive_int("axes (devices in the group)", axes)]
+    if bandwidth is None:
+        if chip is None:
+            raise ValueError("give a chip (e.g. 'tpu-v5p') or bandwidth= in bytes/s")
+        bandwidth = get_chip(chip).ici_link_bandwidth
+    W = check_positive("bandwidth (bytes/s)", bandwidth)
+    nbytes = check_nonnegative("nbytes", nbytes)
+    n = math.prod(sizes)
+    if n == 1:
+        return 0.0
+    torus = topology == "torus"
+    if kind == "collective-permute":
+        return nbytes / W
+    if kind == "all-to-all":
+        if len([s for s in sizes if s > 1]) > 1:
+            raise ValueError("collective_time models an all-to-all over one axis only")
+        return _ring_all_to_all_link_load(nbytes, n, torus) / W
+    k = len([s for s in sizes if s > 1])
+    directions = 2 if torus else 1
+    return ring_bytes(kind, nbytes, n) / (W * directions * k)
+

@@ -1,0 +1,166 @@
+"""The exercise machinery's core: results, the registry, and ``check``.
+
+Nothing here knows what an exercise asks; the kinds of answer (a number, a choice, a
+function, a program on the mesh) are in :mod:`scalebook.exercises.kinds`, and each
+chapter's exercises in ``chNN.py``. ``check("5.3", ...)`` imports only chapter 5's file,
+so a broken chapter file cannot break another chapter's checks.
+
+The printed form of a result, ``✔ Exercise 1.3: correct.``, is defined once here
+(:data:`MARKS`, :func:`parse_results`); the grader reads printed results with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UnknownNameError
+
+__all__ = ["CORRECT", "WRONG", "UNANSWERED", "STATUSES", "MARKS", "Result", "Exercise",
+           "register", "get_exercise", "exercise_ids", "chapter_ids", "evaluate", "check",
+           "normalise_id", "parse_results"]
+
+CORRECT, WRONG, UNANSWERED = "correct", "wrong", "not attempted"
+STATUSES = (CORRECT, WRONG, UNANSWERED)
+MARKS = {CORRECT: "✔", WRONG: "✘", UNANSWERED: "…"}
+_MARK_STATUS = {m: s for s, m in MARKS.items()}
+_RESULT_LINE = re.compile(r"^(" + "|".join(map(re.escape, MARKS.values())) +
+                          r") Exercise (\d+\.\d+): (.*)$", re.M)
+_ID = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class Result:
+    exercise_id: str
+    status: str          # "correct", "wrong" or "not attempted"
+    message: str
+
+    @property
+    def correct(self) -> bool:
+        return self.status == CORRECT
+
+    def __str__(self) -> str:
+        return f"{MARKS[self.status]} Exercise {self.exercise_id}: {self.message}"
+
+
+def parse_results(text: str) -> list[Result]:
+    """Every printed result line in ``text``, in order (the inverse of ``str(Result)``)."""
+    return [Result(ex_id, _MARK_STATUS[mark], message)
+            for mark, ex_id, message in _RESULT_LINE.findall(text)]
+
+
+@dataclass
+class Exercise:
+    id: str
+    title: str
+
+    def evaluate(self, answer) -> Result:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _result(self, status: str, message: str) -> Result:
+        return Result(self.id, status, message)
+
+
+def normalise_id(exercise_id) -> str:
+    """ "1.10" stays "1.10"; a float or int id is refused (1.10 as a float *is* 1.1)."""
+    if isinstance(exercise_id, bool) or isinstance(exercise_id, numbers.Number):
+        raise TypeError(f"write the exercise id as a string, e.g. check(\"1.10\", ...): "
+                        f"{exercise_id!r} is a number, and the number 1.10 is the same as 1.1")
+    if not isinstance(exercise_id, str):
+        raise TypeError(f"the exercise id must be a string such as \"3.4\"; "
+                        f"got {type(exercise_id).__name__}")
+    key = exercise_id.strip()
+    if not _ID.match(key):
+        raise UnknownNameError(f"{exercise_id!r} is not an exercise id: write chapter.number, "
+                               f"e.g. \"3.4\"")
+    chapter, number = (int(p) for p in key.split("."))
+    return f"{chapter}.{number}"
+
+
+_REGISTRY: dict[str, Exercise] = {}
+_LOADED: set[int] = set()
+
+
+def register(exercise: Exercise) -> Exercise:
+    if exercise.id in _REGISTRY:
+        raise ValueError(f"exercise {exercise.id} registered twice")
+    _REGISTRY[exercise.id] = exercise
+    return exercise
+
+
+def _chapter_module(chapter: int):
+    return f"{__package__}.ch{chapter:02d}"
+
+
+def _load_chapter(chapter: int) -> bool:
+    """Import ``chNN.py`` for ``chapter`` once; False if the chapter has no exercises."""
+    if chapter in _LOADED:
+        return True
+    try:
+        importlib.import_module(_chapter_module(chapter))
+    except ModuleNotFoundError as e:
+        if e.name != _chapter_module(chapter):
+            raise
+        return False
+    _LOADED.add(chapter)
+    return True
+
+
+def _chapters() -> list[int]:
+    import pkgutil
+
+    from . import __path__ as pkg_path
+    return sorted(int(m.name[2:]) for m in pkgutil.iter_modules(pkg_path)
+                  if re.fullmatch(r"ch\d\d", m.name))
+
+
+def _key(ex_id: str) -> tuple[int, int]:
+    return tuple(int(p) for p in ex_id.split("."))
+
+
+def chapter_ids(chapter: int) -> list[str]:
+    """The exercise ids of one chapter, in order (loads only that chapter)."""
+    _load_chapter(int(chapter))
+    return sorted((k for k in _REGISTRY if _key(k)[0] == int(chapter)), key=_key)
+
+
+def exercise_ids() -> list[str]:
+    """All registered exercise ids, in chapter then number order (loads every chapter)."""
+    for ch in _chapters():
+        _load_chapter(ch)
+    return sorted(_REGISTRY, key=_key)
+
+
+def get_exercise(exercise_id) -> Exercise:
+    key = normalise_id(exercise_id)
+    chapter = _key(key)[0]
+    _load_chapter(chapter)
+    if key not in _REGISTRY:
+        known = chapter_ids(chapter)
+        where = (f"chapter {chapter} has {', '.join(known)}" if known
+                 else f"there are no exercises for chapter {chapter}")
+        raise UnknownNameError(f"unknown exercise {key!r}; {where}")
+    return _REGISTRY[key]
+
+
+def evaluate(exercise_id: Any, answer: Any) -> Result:
+    """Check ``answer`` and return a Result (never raises on the answer itself)."""
+    try:
+        ex = get_exercise(exercise_id)
+    except (UnknownNameError, TypeError) as e:
+        return Result(str(exercise_id), WRONG, str(e))
+    except Exception as e:  # the chapter's file itself is broken: say so, affect nothing else
+        return Result(str(exercise_id), WRONG, f"could not load the checks of this chapter "
+                                               f"({type(e).__name__}: {e}).")
+    try:
+        return ex.evaluate(answer)
+    except Exception as e:  # a bug in a check must not crash a student's notebook
+        return Result(ex.id, WRONG, f"could not check this answer ({type(e).__name__}: {e}).")
+
+
+def check(exercise_id: Any, answer: Any) -> None:
+    """Print whether ``answer`` to exercise ``exercise_id`` is correct, with a hint if not."""
+    print(evaluate(exercise_id, answer))

@@ -1,0 +1,254 @@
+"""The kinds of exercise answer: a number, a choice, a function, a program on the mesh.
+
+Each kind turns a student's answer into a :class:`~scalebook.exercises.core.Result` and never
+raises on the answer itself. Chapters build their exercises from these in ``chNN.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import hlo
+from .core import CORRECT, UNANSWERED, WRONG, Exercise, Result
+
+__all__ = ["NumericExercise", "ChoiceExercise", "CodeExercise", "MeshProgramExercise",
+           "NotAttempted", "as_number"]
+
+
+def as_number(x):
+    """A float from an int/float/NumPy/JAX scalar, or None if ``x`` is not a real number."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, numbers.Real):
+        return float(x)
+    shape = getattr(x, "shape", None)
+    if shape == () and hasattr(x, "item"):
+        try:
+            v = x.item()
+        except Exception:
+            return None
+        return as_number(v) if not isinstance(v, bool) else None
+    return None
+
+
+def _is_size_unit(unit: str) -> bool:
+    u = unit.lower()
+    return "byte" in u or u.rstrip("/s").endswith(("b", "gib", "mib", "kib"))
+
+
+def _ratio_hint(ratio: float, unit: str = "") -> str | None:
+    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for sizes."""
+    for factor, name in [(2, "2"), (4, "4"), (8, "8")]:
+        if math.isclose(ratio, factor, rel_tol=0.03):
+            return f"about {name}x too large."
+        if math.isclose(ratio, 1 / factor, rel_tol=0.03):
+            return f"about {name}x too small."
+    for k in range(1, 6):
+        big = 10.0 ** (3 * k)
+        if math.isclose(ratio, big, rel_tol=0.1):
+            return f"{big:.0e}x too large: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
+        if math.isclose(ratio, 1 / big, rel_tol=0.1):
+            return f"{big:.0e}x too small: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
+    for k in (1, 2, 3) if _is_size_unit(unit) else ():
+        if math.isclose(ratio, 1.024 ** k, rel_tol=0.004) or math.isclose(ratio, 1.024 ** -k, rel_tol=0.004):
+            return "off by a binary/decimal prefix: GiB is 2**30 bytes, GB is 1e9 bytes."
+    return None
+
+
+@dataclass
+class NumericExercise(Exercise):
+    """An answer that is one number, compared with a relative tolerance.
+
+    ``reference`` computes the answer from scalebook (never a typed-in number).
+    ``hints`` is a list of (predicate on the answer, message) for specific mistakes, e.g.
+    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``.
+    """
+
+    unit: str = ""
+    reference: Callable[[], float] = None
+    rtol: float = 0.05
+    integer: bool = False
+    hints: list = field(default_factory=list)
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis:
+            return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
+        value = as_number(answer)
+        if value is None:
+            return self._result(WRONG, f"expected a number{self._unit_words()}, got "
+                                       f"{type(answer).__name__} {answer!r:.60}.")
+        if not math.isfinite(value):
+            return self._result(WRONG, f"expected a finite number, got {value}.")
+        expected = float(self.reference())
+        if self.integer:
+            if value != round(value):
+                return self._result(WRONG, f"expected a whole number{self._unit_words()}, got {value}.")
+            ok = round(value) == round(expected)
+        else:
+            ok = math.isclose(value, expected, rel_tol=self.rtol, abs_tol=0.0)
+        if ok:
+            return self._result(CORRECT, "correct.")
+        for predicate, message in self.hints:
+            try:
+                if predicate(value):
+                    return self._result(WRONG, "not yet: " + message)
+            except Exception:
+                pass
+        if expected != 0 and value != 0 and (value > 0) == (expected > 0):
+            hint = _ratio_hint(value / expected, self.unit)
+            if hint:
+                return self._result(WRONG, "not yet: " + hint)
+            direction = "large" if value > expected else "small"
+            if self.integer:
+                return self._result(WRONG, f"not yet: too {direction}.")
+            return self._result(WRONG, f"not yet: too {direction} (off by more than {self.rtol:.0%}).")
+        return self._result(WRONG, "not yet: the sign or the size is far off.")
+
+    def _unit_words(self) -> str:
+        return f" (in {self.unit})" if self.unit else ""
+
+
+@dataclass
+class ChoiceExercise(Exercise):
+    """An answer that is one of a few words, e.g. "compute" or "memory"."""
+
+    choices: tuple = ()
+    reference: Callable[[], str] = None
+    hints: dict = field(default_factory=dict)   # wrong choice -> hint
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis:
+            return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
+        if not isinstance(answer, str) or answer.strip().lower() not in self.choices:
+            return self._result(WRONG, f"answer with one of {', '.join(map(repr, self.choices))}; got {answer!r:.60}.")
+        a = answer.strip().lower()
+        if a == self.reference():
+            return self._result(CORRECT, "correct.")
+        return self._result(WRONG, "not yet: " + self.hints.get(a, "think again about which time is largest."))
+
+
+@dataclass
+class CodeExercise(Exercise):
+    """An answer that is a function, run on several inputs and compared with a reference.
+
+    ``cases`` is a list of argument tuples; ``reference`` is the correct function. Results
+    are compared with ``compare(got, want) -> bool`` (default: relative tolerance ``rtol``
+    on numbers and on each element of tuples). ``hints`` are (predicate(got, want, args),
+    message) pairs. A function whose body is still ``...`` (so it returns None) counts as
+    not attempted.
+    """
+
+    reference: Callable = None
+    cases: list = field(default_factory=list)
+    rtol: float = 1e-6
+    compare: Callable | None = None
+    hints: list = field(default_factory=list)
+    describe: Callable | None = None     # args -> str, for messages
+
+    def _equal(self, got, want) -> bool:
+        if self.compare is not None:
+            return bool(self.compare(got, want))
+        if isinstance(want, tuple):
+            if isinstance(got, (str, bytes)) or not hasattr(got, "__len__") or getattr(got, "ndim", 1) != 1:
+                return False
+            return len(got) == len(want) and all(self._equal(g, w) for g, w in zip(got, want))
+        g = as_number(got)
+        if g is None:
+            return False
+        return math.isclose(g, float(want), rel_tol=self.rtol, abs_tol=1e-300)
+
+    def evaluate(self, answer) -> Result:
+        if answer is Ellipsis or answer is None:
+            return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
+        if not callable(answer):
+            return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
+        for i, args in enumerate(self.cases):
+            label = self.describe(*args) if self.describe else repr(args)
+            try:
+                got = answer(*args)
+            except Exception as e:  # the student's code: report, never raise
+                return self._result(WRONG, f"your function raised {type(e).__name__}: {e} (inputs: {label}).")
+            if got is None and i == 0:
+                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            want = self.reference(*args)
+            if not self._equal(got, want):
+                for predicate, message in self.hints:
+                    try:
+                        if predicate(got, want, args):
+                            return self._result(WRONG, f"not yet for inputs {label}: {message}")
+                    except Exception:
+                        pass
+                return self._result(WRONG, f"not yet: wrong result for inputs {label} (got {got!r:.80}).")
+        return self._result(CORRECT, f"correct on all {len(self.cases)} test inputs.")
+
+
+# ------------------------------------------------------------------------------------------
+# Programs on the mesh
+# ------------------------------------------------------------------------------------------
+
+class NotAttempted(Exception):
+    """Raised by a mesh exercise's ``build`` when the student's function returned None."""
+
+
+@dataclass
+class MeshProgramExercise(Exercise):
+    """A code answer that becomes a program on a device mesh (``mesh_shape``, ``mesh_axes``).
+
+    ``build(answer, case, mesh)`` returns ``(jitted_fn, args)``; the check compiles it,
+    runs it, compares the output with ``expected(case, *args)`` (numbers) and asks
+    ``collectives_ok(records, case)`` for an error message (or None) about the compiled
+    program's collectives. Each case is a different shape, so a program that only works
+    for one shape does not pass.
+    """
+
+    build: Callable = None
+    expected: Callable = None
+    collectives_ok: Callable = None
+    cases: list = field(default_factory=list)
+    describe: Callable = None
+    error_hints: list = field(default_factory=list)   # (substring of an error, message)
+    rtol: float = 1e-5
+    mesh_shape: tuple = (2, 4)
+    mesh_axes: tuple = ("x", "y")
+
+    def evaluate(self, answer) -> Result:
+        import numpy as np
+
+        from ..mesh import make_mesh
+
+        if answer is Ellipsis or answer is None:
+            return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
+        if not callable(answer):
+            return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
+        mesh = make_mesh(self.mesh_shape, self.mesh_axes)
+        for case in self.cases:
+            label = self.describe(*case) if self.describe else repr(case)
+            try:
+                fn, args = self.build(answer, case, mesh)
+                compiled = fn.lower(*args).compile()
+                got = np.asarray(compiled(*args))
+            except NotAttempted:
+                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            except Exception as e:  # the student's code: report, never raise
+                text = f"{type(e).__name__}: {e}"
+                for needle, message in self.error_hints:
+                    if needle in text:
+                        return self._result(WRONG, f"not yet ({label}): {message}")
+                return self._result(WRONG, f"your program failed for {label}: {text[:400]}")
+            want = np.asarray(self.expected(case, *args))
+            if got.shape != want.shape:
+                return self._result(WRONG, f"not yet: for {label} the result has shape "
+                                           f"{got.shape}, expected {want.shape}.")
+            if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
+                return self._result(WRONG, f"not yet: wrong numbers for {label}.")
+            records = hlo.collectives(compiled)
+            problem = self.collectives_ok(records, case)
+            if problem:
+                kinds = ", ".join(r.kind for r in records) or "none"
+                return self._result(WRONG, f"the numbers are right for {label}, but {problem} "
+                                           f"(the compiled program has: {kinds}).")
+        return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
+                                     f"and the intended collectives.")
