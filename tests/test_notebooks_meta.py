@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+import exercise_cells  # noqa: E402
 import notebooks as nbtool  # noqa: E402
 
 from scalebook.exercises import exercise_ids  # noqa: E402
@@ -73,15 +74,29 @@ def test_ignored_outputs_say_why(path):
             assert "#" in src(cell).split("\n")[0] or "# " in src(cell), f"cell {i}: say why its output is ignored"
 
 
-def _exercises(path):
-    """(id, index of the markdown cell) for each exercise directive."""
+def _cells_of_kind(path, kind):
+    """(id, index of the markdown cell) for each exercise (or solution) cell."""
     found = []
     for i, cell in enumerate(load(path)["cells"]):
         if cell["cell_type"] == "markdown":
-            for m in re.finditer(r"```\{exercise\}\s*(\d+\.\d+)\b.*\n:label: ex-(\d+)-(\d+)", src(cell)):
-                assert m.group(1) == f"{m.group(2)}.{m.group(3)}", f"title {m.group(1)} vs label"
-                found.append((m.group(1), i))
+            parsed = exercise_cells.parse(src(cell))
+            if parsed and parsed[0] == kind:
+                found.append((f"{parsed[1]}.{parsed[2]}", i))
     return found
+
+
+def _exercises(path):
+    return _cells_of_kind(path, "exercise")
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_exercise_or_solution_is_written_as_a_directive(path):
+    """Directives show as raw code in Colab; exercise cells are plain Markdown headings."""
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] == "markdown":
+            assert not re.search(r"(```|:::)\{(exercise|solution)\}", src(cell)), f"cell {i}"
+            assert not re.search(r"^#{1,6} (Exercise|Solution) ", src(cell).split("\n", 1)[-1], re.M), \
+                f"cell {i}: an exercise heading must start its own cell"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
@@ -92,15 +107,18 @@ def test_every_exercise_has_a_check_and_a_solution(path):
     chapter = int(path.name[:2])
     registered = [e for e in exercise_ids() if e.split(".")[0] == str(chapter)]
     assert sorted(e for e, _ in found) == sorted(registered)
-    solutions = load(ROOT / "solutions" / path.name)["cells"]
-    sol_text = "\n".join(src(c) for c in solutions)
     for ex_id, i in found:
         follow = src(cells[i + 1])
         assert f'check("{ex_id}"' in follow, f"the cell after exercise {ex_id} must call its check"
         assert "not attempted yet" in "".join("".join(o.get("text", "")) for o in cells[i + 1]["outputs"]), \
             f"the chapter stores exercise {ex_id} unanswered"
-        label = "ex-" + ex_id.replace(".", "-")
-        assert re.search(r"```\{solution\} " + label + r"\s*\n:label: sol-", sol_text), f"no solution for {label}"
+    solved = [e for e, _ in _cells_of_kind(ROOT / "solutions" / path.name, "solution")]
+    assert sorted(solved, key=exercise_cells_key) == sorted((e for e, _ in found), key=exercise_cells_key), \
+        "the solutions notebook solves exactly the chapter's exercises"
+
+
+def exercise_cells_key(ex_id):
+    return tuple(int(p) for p in ex_id.split("."))
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)

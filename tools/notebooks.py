@@ -1,24 +1,30 @@
 """Authoring tool for the book's notebooks. Run with the project's venv:
 
-    .venv/bin/python tools/notebooks.py from-py SRC.py OUT.ipynb   # percent-format script -> notebook
-    .venv/bin/python tools/notebooks.py to-py NB.ipynb SRC.py      # notebook -> percent-format script
-    .venv/bin/python tools/notebooks.py sync NB.ipynb ...          # rewrite badge + set-up cell
-    .venv/bin/python tools/notebooks.py execute NB.ipynb ...       # run, store outputs, normalise
+    .venv/bin/python tools/notebooks.py sync PATH ...      # .md -> .ipynb: inputs from the .md,
+                                                           # outputs and cell ids kept
+    .venv/bin/python tools/notebooks.py execute PATH ...   # sync, run, store the outputs
+    .venv/bin/python tools/notebooks.py check [PATH ...]   # exit 1 if a pair has drifted apart
+    .venv/bin/python tools/notebooks.py pair NB.ipynb ...  # make a .md for an unpaired notebook
 
-The stored .ipynb files are the source of truth; the percent format (cells start with
-``# %%`` or ``# %% [markdown]``, tags as ``# %% tags=["nbval-ignore-output"]``) is only a
-convenient way to write or edit one, and is the same format jupytext reads.
+PATH may name either file of a pair (``notebooks/05_parallelism.md`` or ``.ipynb``).
 
-Every chapter and solutions notebook starts with three cells that ``sync`` arranges:
-1. the title, ``# N. Title`` (the first line of the author's first markdown cell);
-2. a markdown cell with the "Open in Colab" badge (URL from _config.yml);
-3. the set-up code cell (``setup_source()``), identical in every notebook.
-tests/test_notebooks_meta.py checks both.
+Every chapter and solutions notebook is a jupytext pair (``formats: ipynb,md:myst``): the
+MyST Markdown file is the source people edit and review (one line per line of prose, no
+cell ids, no outputs); the ``.ipynb`` holds the same cells with their stored outputs, which
+nbval, GitHub and Colab show. jupytext (the maintained library) reads and writes both; this
+tool adds only what is the book's own:
+
+1. the first three cells, the same in every notebook: the title (``# N. Title``), the
+   "Open in Colab" badge (URL from _config.yml) and the set-up cell (``setup_source()``);
+2. normalised notebook metadata, so that a re-run changes only outputs;
+3. stream outputs joined the same way every run (a kernel splits stdout at random places).
+
+Cell ids are kept across edits (a new cell gets a new random id; nothing is renumbered)
+and sources are stored as lists of lines, so a one-word edit changes one line in each file.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -27,7 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TAG_SETUP = "setup"
 TAG_BADGE = "colab-badge"
+PAIR_FORMATS = "ipynb,md:myst"
+CHAPTER_DIRS = ("notebooks", "solutions")    # notebooks with the title/badge/set-up layout
 
+
+# ---- the book's own cells -----------------------------------------------------------------
 
 def repository() -> tuple[str, str]:
     """(url, branch) of the book's repository, read from _config.yml."""
@@ -43,7 +53,9 @@ def repository() -> tuple[str, str]:
 def colab_url(nb_path: Path) -> str:
     url, branch = repository()
     gh = url.replace("https://github.com/", "")
-    rel = nb_path.resolve().relative_to(ROOT).as_posix()
+    p = Path(nb_path).resolve().with_suffix(".ipynb")
+    # A copy outside the checkout (a test's temporary folder) keeps its folder/name.
+    rel = p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else f"{p.parent.name}/{p.name}"
     return f"https://colab.research.google.com/github/{gh}/blob/{branch}/{rel}"
 
 
@@ -62,7 +74,8 @@ def setup_source() -> str:
 # installed with its pinned JAX; then JAX gets 8 devices and says what it runs on.
 import importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("scalebook") is None:
-    source = os.environ.get("SCALEBOOK_SOURCE", "{install_source()}")
+    source = os.environ.get("SCALEBOOK_SOURCE",
+                            "{install_source()}")
     print("Installing scalebook from", source)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
     importlib.invalidate_caches()
@@ -70,103 +83,65 @@ import scalebook
 setup_info = scalebook.setup()'''
 
 
-def _cell(kind: str, source: str, tags=None) -> dict:
-    cell = {"cell_type": kind, "metadata": {}, "source": source}
-    if tags:
-        cell["metadata"]["tags"] = list(tags)
-    if kind == "code":
-        cell["execution_count"] = None
-        cell["outputs"] = []
-    return cell
+def _src(cell) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
 
 
-def from_py(src: Path) -> dict:
-    """Parse a percent-format script into a notebook dict."""
-    cells, kind, tags, lines = [], None, None, []
-
-    def flush():
-        if kind is None:
-            return
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            body = "\n".join(l[2:] if l.startswith("# ") else l[1:] if l.startswith("#") else l
-                             for l in body.split("\n"))
-        cells.append(_cell(kind, body, tags))
-
-    for line in src.read_text().split("\n"):
-        m = re.match(r"^# %%(.*)$", line)
-        if m:
-            flush()
-            rest = m.group(1)
-            kind = "markdown" if "[markdown]" in rest else "code"
-            t = re.search(r"tags=(\[.*?\])", rest)
-            tags = json.loads(t.group(1)) if t else None
-            lines = []
-        elif kind is not None:
-            lines.append(line)
-    flush()
-    return {"cells": cells, "metadata": _metadata(), "nbformat": 4, "nbformat_minor": 5}
+def _tags(cell) -> list:
+    return list(cell.get("metadata", {}).get("tags", []))
 
 
-def to_py(nb: dict) -> str:
-    out = []
-    for c in nb["cells"]:
-        tags = c.get("metadata", {}).get("tags")
-        t = f" tags={json.dumps(tags)}" if tags else ""
-        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        if c["cell_type"] == "markdown":
-            out.append(f"# %% [markdown]{t}")
-            out.extend(("# " + l) if l else "#" for l in src.split("\n"))
-        else:
-            out.append(f"# %%{t}")
-            out.append(src)
-        out.append("")
-    return "\n".join(out)
-
-
-def _metadata() -> dict:
-    return {
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-        "colab": {"provenance": []},
-    }
-
-
-def sync(nb: dict, path: Path) -> dict:
-    """Put the title, the badge cell and the set-up cell at the top (replacing old ones).
+def arrange(nb, path: Path):
+    """Put the title, the badge cell and the set-up cell first, keeping their cell ids.
 
     The title is the first markdown cell's first line (``# N. Title``); if that cell holds
     more, the rest becomes its own cell after the set-up cell. The set-up cell is tagged
     ``hide-input`` so the website folds its code away and shows what it printed.
     """
-    cells = [c for c in nb["cells"]
-             if not set(c.get("metadata", {}).get("tags", [])) & {TAG_BADGE, TAG_SETUP}]
-    first = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), None)
-    text = "".join(cells[first]["source"]) if first is not None else ""
+    import nbformat.v4 as v4
+
+    old_badge = next((c for c in nb.cells if TAG_BADGE in _tags(c)), None)
+    old_setup = next((c for c in nb.cells if TAG_SETUP in _tags(c)), None)
+    cells = [c for c in nb.cells if c is not old_badge and c is not old_setup]
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), None)
+    text = _src(cells[first]) if first is not None else ""
     if first is None or not text.startswith("# "):
         raise SystemExit(f"{path}: the first markdown cell must start with the title, '# N. Title'")
-    title, _, rest = text.partition("\n")
+    title_line, _, rest = text.partition("\n")
+    title = cells[first]
+    title.source = title_line
     body = cells[:first] + cells[first + 1:]
     if rest.strip():
-        body.insert(first, _cell("markdown", rest.strip("\n")))
-    badge = _cell("markdown", badge_source(path), [TAG_BADGE])
-    setup = _cell("code", setup_source(), [TAG_SETUP, "hide-input"])
-    nb["cells"] = [_cell("markdown", title), badge, setup] + body
+        body.insert(first, v4.new_markdown_cell(rest.strip("\n")))
+    badge = old_badge or v4.new_markdown_cell()
+    badge.source = badge_source(path)
+    badge.metadata = {"tags": [TAG_BADGE]}
+    setup = old_setup or v4.new_code_cell()
+    setup.source = setup_source()
+    setup.metadata = {"tags": [TAG_SETUP, "hide-input"]}
+    nb.cells = [title, badge, setup] + body
     return nb
 
 
-def normalise(nb: dict) -> dict:
-    """Drop volatile metadata so that diffs show only real changes."""
-    nb["metadata"] = _metadata()
-    for i, c in enumerate(nb["cells"]):
-        c.setdefault("metadata", {})
+def notebook_metadata() -> dict:
+    return {
+        "jupytext": {"formats": PAIR_FORMATS},
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                       "name": "python3"},
+        "language_info": {"name": "python"},
+        "colab": {"provenance": []},
+    }
+
+
+def normalise(nb):
+    """Drop volatile metadata and join split streams, so diffs show only real changes."""
+    nb.metadata = notebook_metadata()
+    for c in nb.cells:
         for key in ("execution", "collapsed", "scrolled", "ExecuteTime"):
-            c["metadata"].pop(key, None)
-        c["id"] = f"cell-{i:03d}"
-        if isinstance(c.get("source"), list):
-            c["source"] = "".join(c["source"])
-        if c["cell_type"] == "code":
-            c["outputs"] = _merge_streams(c.get("outputs", []))
+            c.metadata.pop(key, None)
+        if c.cell_type == "code":
+            c.outputs = _merge_streams(c.get("outputs", []))
     return nb
 
 
@@ -187,45 +162,146 @@ def _text(t) -> str:
     return "".join(t) if isinstance(t, list) else t
 
 
-def execute(path: Path, timeout: int = 600) -> float:
+# ---- pairs ----------------------------------------------------------------------------------
+
+def pair_paths(path) -> tuple[Path, Path]:
+    """(.md, .ipynb) for either file of a pair."""
+    p = Path(path)
+    if p.suffix not in (".md", ".ipynb"):
+        raise SystemExit(f"{p}: expected a .md or .ipynb file of a notebook pair")
+    return p.with_suffix(".md"), p.with_suffix(".ipynb")
+
+
+def all_pairs() -> list[Path]:
+    """The .md sources of every paired notebook in the book (chapters, solutions, and the
+    reference pages in book/ that are notebooks)."""
+    out = []
+    for d in CHAPTER_DIRS + ("book",):
+        out += sorted(p for p in (ROOT / d).glob("*.md") if p.with_suffix(".ipynb").exists())
+    return out
+
+
+def _is_chapter(path: Path) -> bool:
+    return Path(path).resolve().parent.name in CHAPTER_DIRS
+
+
+def _write_ipynb(nb, path: Path) -> None:
+    import nbformat
+
+    nbformat.validate(nb)
+    path.write_text(nbformat.writes(nb, version=4) + "\n")
+
+
+def _write_md(nb, path: Path) -> None:
+    import jupytext
+
+    jupytext.write(nb, path, fmt="md:myst")
+
+
+def sync(path) -> Path:
+    """Make the .ipynb's inputs equal the .md's (title/badge/set-up arranged in both);
+    keep the .ipynb's outputs and cell ids. Returns the .ipynb path."""
+    import jupytext
+    import nbformat
+    from jupytext.combine import combine_inputs_with_outputs
+
+    md, ipynb = pair_paths(path)
+    if not md.exists():
+        raise SystemExit(f"{md} does not exist: make it with 'tools/notebooks.py pair {ipynb}'")
+    source = jupytext.read(md)
+    if _is_chapter(md):
+        source = arrange(source, ipynb)
+    source.metadata.setdefault("jupytext", {})["formats"] = PAIR_FORMATS
+    _write_md(source, md)
+    source = jupytext.read(md)
+    if ipynb.exists():
+        outputs = nbformat.read(ipynb, as_version=4)
+        combined = combine_inputs_with_outputs(source, outputs, fmt="md:myst")
+    else:
+        combined = source
+    _write_ipynb(normalise(combined), ipynb)
+    return ipynb
+
+
+def pair(path) -> Path:
+    """Create the .md of an unpaired .ipynb (inputs only), then sync."""
+    import nbformat
+
+    md, ipynb = pair_paths(path)
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata.setdefault("jupytext", {})["formats"] = PAIR_FORMATS
+    _write_md(nb, md)
+    return sync(md)
+
+
+def drift(path) -> list[str]:
+    """What differs between the inputs of a pair's two files ([] when in sync)."""
+    import jupytext
+    import nbformat
+
+    md, ipynb = pair_paths(path)
+    for p in (md, ipynb):
+        if not p.exists():
+            return [f"{p.name} is missing"]
+    a = jupytext.read(md).cells
+    b = nbformat.read(ipynb, as_version=4).cells
+    problems = []
+    if len(a) != len(b):
+        problems.append(f"{md.name} has {len(a)} cells, {ipynb.name} has {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.cell_type != y.cell_type:
+            problems.append(f"cell {i}: {x.cell_type} in {md.name}, {y.cell_type} in {ipynb.name}")
+        elif _src(x) != _src(y):
+            problems.append(f"cell {i} ({x.cell_type}) differs: {_src(x)[:60]!r} vs {_src(y)[:60]!r}")
+        elif _tags(x) != _tags(y):
+            problems.append(f"cell {i}: tags {_tags(x)} in {md.name}, {_tags(y)} in {ipynb.name}")
+        if len(problems) >= 5:
+            break
+    return problems
+
+
+def execute(path, timeout: int = 600) -> float:
+    """Sync, run the .ipynb in a fresh kernel, store its outputs. Returns seconds."""
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
+    ipynb = sync(path)
+    nb = nbformat.read(ipynb, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(ipynb.parent)}})
     t0 = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - t0
-    data = normalise(json.loads(nbformat.writes(nb)))
-    _write(path, data)
+    _write_ipynb(normalise(nb), ipynb)
     return elapsed
 
 
-def _write(path: Path, nb: dict) -> None:
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-
-
-def main(argv: list[str]) -> None:
-    if not argv:
-        raise SystemExit(__doc__)
-    cmd, args = argv[0], [Path(a) for a in argv[1:]]
-    if cmd == "from-py":
-        src, out = args
-        nb = sync(from_py(src), out)
-        _write(out, normalise(nb))
-    elif cmd == "to-py":
-        nb_path, out = args
-        out.write_text(to_py(json.loads(nb_path.read_text())))
-    elif cmd == "sync":
-        for p in args:
-            _write(p, normalise(sync(json.loads(p.read_text()), p)))
-    elif cmd == "execute":
-        for p in args:
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("sync", "execute", "check", "pair"):
+        print(__doc__)
+        return 2
+    cmd, args = argv[0], argv[1:]
+    if cmd == "check":
+        paths = args or all_pairs()
+        bad = 0
+        for p in paths:
+            problems = drift(p)
+            if problems:
+                bad += 1
+                print(f"{p}: out of sync ('tools/notebooks.py sync {p}' fixes it)")
+                for line in problems:
+                    print("   ", line)
+        print(f"{len(paths) - bad} of {len(paths)} pairs in sync")
+        return 1 if bad else 0
+    for p in args:
+        if cmd == "sync":
+            print(f"{sync(p)}: synced", flush=True)
+        elif cmd == "pair":
+            print(f"{pair(p)}: paired", flush=True)
+        else:
             print(f"{p}: {execute(p):.1f} s", flush=True)
-    else:
-        raise SystemExit(__doc__)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
