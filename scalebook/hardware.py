@@ -120,6 +120,29 @@ class Chip:
         """Total one-way chip-to-chip bandwidth of the chip: links x per-link bandwidth."""
         return self.ici_links * self.ici_link_bandwidth
 
+    def with_(self, **changes) -> "Chip":
+        """A copy of this chip with some figures replaced, e.g.
+        ``get_chip("tpu-v5p").with_(ici_link_bandwidth=9e10)`` for "what if the link were
+        faster?". The copy is named ``"<name> (modified)"``; a changed figure loses its
+        source (it is the reader's, not the vendor's). Unknown fields are refused by name."""
+        fields = {f.name for f in dataclasses.fields(Chip)} - {"sources"}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise TypeError(f"Chip has no figure {', '.join(map(repr, unknown))}; figures: "
+                            f"{', '.join(sorted(fields - {'name', 'vendor', 'notes'}))}")
+        numeric = {f.name for f in dataclasses.fields(Chip)
+                   if f.type in ("float", "int", "float | None", "int | None")}
+        for key, value in changes.items():
+            if key in numeric and value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise ValueError(f"{key} must be a positive number; got {value!r}")
+        sources = {k: v for k, v in self.sources.items() if k not in changes}
+        name = changes.pop("name", self.name if self.name.endswith("(modified)")
+                           else f"{self.name} (modified)")
+        display = changes.pop("display_name", self.display_name if "(modified)" in self.display_name
+                              else f"{self.display_name} (modified)")
+        return dataclasses.replace(self, name=name, display_name=display, sources=sources, **changes)
+
     def source(self, attribute: str) -> str:
         """The citation for one figure, e.g. ``chip.source("hbm_bandwidth")``."""
         if attribute not in self.sources:

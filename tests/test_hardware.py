@@ -103,3 +103,29 @@ def test_spec_table_rejects_unknown_columns():
                      "critical_intensity": hardware.get_chip("tpu-v5e").critical_intensity}]
     with pytest.raises(ValueError, match="unknown column"):
         hardware.spec_table(columns=["hbm_gb"])
+
+
+def test_with_makes_a_modified_copy_that_every_function_accepts():
+    from scalebook import collectives, roofline
+    v5p = hardware.get_chip("tpu-v5p")
+    fast = v5p.with_(ici_link_bandwidth=2 * v5p.ici_link_bandwidth)
+    assert fast.name == "tpu-v5p (modified)" and v5p.name == "tpu-v5p"
+    assert fast.ici_link_bandwidth == 2 * v5p.ici_link_bandwidth
+    assert fast.bf16_flops == v5p.bf16_flops and fast.source("bf16_flops") == v5p.source("bf16_flops")
+    with pytest.raises(KeyError):
+        fast.source("ici_link_bandwidth")          # the reader's figure has no vendor source
+    t = collectives.collective_time("all-gather", 1e9, 8, v5p)
+    assert collectives.collective_time("all-gather", 1e9, 8, fast) == pytest.approx(t / 2)
+    assert hardware.get_chip(fast) is fast
+    assert roofline.critical_batch(8192, 8192, fast.with_(hbm_bandwidth=v5p.hbm_bandwidth / 2)) > \
+        roofline.critical_batch(8192, 8192, v5p)
+
+
+def test_with_refuses_unknown_figures_and_bad_values():
+    v5e = hardware.get_chip("tpu-v5e")
+    with pytest.raises(TypeError, match="no figure 'hbm_bw'"):
+        v5e.with_(hbm_bw=1e12)
+    with pytest.raises(ValueError, match="positive"):
+        v5e.with_(hbm_bandwidth=-1)
+    with pytest.raises(ValueError, match="positive"):
+        v5e.with_(bf16_flops="fast")
