@@ -112,3 +112,18 @@ def test_a_broken_chapter_file_does_not_break_another_chapter(tmp_path):
     first, second = out.splitlines()
     assert first == "not attempted"
     assert "broken on purpose" in second
+
+
+def test_a_broken_hint_fails_under_the_tests_and_is_skipped_for_students(monkeypatch):
+    ex = NumericExercise(id="0.5", title="t", unit="s", reference=lambda: 2.0,
+                         hints=[(lambda a: a / 0 > 1, "never shown"), (lambda a: a > 3, "too big")])
+    core._REGISTRY["0.5"] = ex
+    try:
+        monkeypatch.setenv("SCALEBOOK_STRICT_HINTS", "1")
+        with pytest.raises(core.HintError, match="ZeroDivisionError"):
+            evaluate("0.5", 5.0)
+        monkeypatch.setenv("SCALEBOOK_STRICT_HINTS", "0")
+        r = evaluate("0.5", 5.0)
+        assert r.status == "wrong" and "too big" in r.message
+    finally:
+        del core._REGISTRY["0.5"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from ..errors import UnknownNameError
 
 __all__ = ["CORRECT", "WRONG", "UNANSWERED", "STATUSES", "MARKS", "Result", "Exercise",
            "register", "get_exercise", "exercise_ids", "chapter_ids", "evaluate", "check",
-           "normalise_id", "parse_results"]
+           "normalise_id", "parse_results", "HintError", "strict_checks"]
 
 CORRECT, WRONG, UNANSWERED = "correct", "wrong", "not attempted"
 STATUSES = (CORRECT, WRONG, UNANSWERED)
@@ -78,6 +79,15 @@ def normalise_id(exercise_id) -> str:
                                f"e.g. \"3.4\"")
     chapter, number = (int(p) for p in key.split("."))
     return f"{chapter}.{number}"
+
+
+class HintError(RuntimeError):
+    """A check's own hint predicate failed. Raised only in strict mode (the book's tests set
+    SCALEBOOK_STRICT_HINTS=1); in a student's notebook the broken hint is skipped."""
+
+
+def strict_checks() -> bool:
+    return os.environ.get("SCALEBOOK_STRICT_HINTS", "") not in ("", "0")
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -157,6 +167,8 @@ def evaluate(exercise_id: Any, answer: Any) -> Result:
                                                f"({type(e).__name__}: {e}).")
     try:
         return ex.evaluate(answer)
+    except HintError:
+        raise                   # strict mode only: a broken hint fails the book's tests
     except Exception as e:  # a bug in a check must not crash a student's notebook
         return Result(ex.id, WRONG, f"could not check this answer ({type(e).__name__}: {e}).")
 

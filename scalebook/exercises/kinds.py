@@ -12,10 +12,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import hlo
-from .core import CORRECT, UNANSWERED, WRONG, Exercise, Result
+from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, strict_checks
 
 __all__ = ["NumericExercise", "ChoiceExercise", "CodeExercise", "MeshProgramExercise",
            "NotAttempted", "as_number"]
+
+
+def _hint_applies(predicate, *args) -> bool:
+    """Whether a hint's predicate holds. A predicate that raises is a bug in the check: in a
+    student's notebook it is skipped (the next hint gets its turn); under the test suite
+    (SCALEBOOK_STRICT_HINTS=1, set by tests/conftest.py) it fails loudly."""
+    try:
+        return bool(predicate(*args))
+    except Exception as e:
+        if strict_checks():
+            raise HintError(f"hint predicate {getattr(predicate, '__qualname__', predicate)} "
+                            f"raised {type(e).__name__}: {e}") from e
+        return False
 
 
 def as_number(x):
@@ -92,11 +105,8 @@ class NumericExercise(Exercise):
         if ok:
             return self._result(CORRECT, "correct.")
         for predicate, message in self.hints:
-            try:
-                if predicate(value):
-                    return self._result(WRONG, "not yet: " + message)
-            except Exception:
-                pass
+            if _hint_applies(predicate, value):
+                return self._result(WRONG, "not yet: " + message)
         if expected != 0 and value != 0 and (value > 0) == (expected > 0):
             hint = _ratio_hint(value / expected, self.unit)
             if hint:
@@ -176,11 +186,8 @@ class CodeExercise(Exercise):
             want = self.reference(*args)
             if not self._equal(got, want):
                 for predicate, message in self.hints:
-                    try:
-                        if predicate(got, want, args):
-                            return self._result(WRONG, f"not yet for inputs {label}: {message}")
-                    except Exception:
-                        pass
+                    if _hint_applies(predicate, got, want, args):
+                        return self._result(WRONG, f"not yet for inputs {label}: {message}")
                 return self._result(WRONG, f"not yet: wrong result for inputs {label} (got {got!r:.80}).")
         return self._result(CORRECT, f"correct on all {len(self.cases)} test inputs.")
 
