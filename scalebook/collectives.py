@@ -14,6 +14,12 @@ collective-permute           input bytes, for a device that really sends
 ============================ ===============================================
 
 Sizes are in bytes, bandwidths in bytes/s (one direction of one link), times in seconds.
+
+Latency (chapter 7): every step of a ring algorithm waits for a message to cross one hop,
+``t_hop`` seconds, however small the message. :func:`collective_time` adds
+``steps x hop_latency`` when given ``hop_latency=`` (default 0, the pure bandwidth model of
+chapter 3), and :func:`latency_bound_bytes` gives the buffer size below which that latency
+term is the larger one.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import math
 from .hardware import get_chip
 from .units import check_nonnegative, check_positive, check_positive_int
 
-__all__ = ["KINDS", "TOPOLOGIES", "ring_bytes", "collective_time"]
+__all__ = ["KINDS", "TOPOLOGIES", "ring_bytes", "collective_time", "latency_steps",
+           "latency_bound_bytes"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("ring", "torus")
@@ -63,7 +70,7 @@ def _ring_all_to_all_link_load(nbytes: float, n: int, torus: bool) -> float:
 
 
 def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
-                    topology: str = "torus") -> float:
+                    topology: str = "torus", hop_latency: float = 0.0) -> float:
     """Seconds for one collective over mesh ``axes`` with ring algorithms.
 
     ``nbytes`` is the per-device array defined in :func:`ring_bytes`. ``axes`` is the group
@@ -80,6 +87,11 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
     Exceptions: a collective-permute sends its block to one neighbour over one link,
     T = nbytes / W. An all-to-all forwards blocks over several hops; T is the load of the
     busiest link (see ``_ring_all_to_all_link_load``) divided by W (one axis only).
+
+    ``hop_latency`` (seconds per hop, ``t_hop``; default 0) adds
+    ``latency_steps(kind, axes, topology) x hop_latency``: the steps of the algorithm, each
+    of which waits one hop whatever the message size. With the default every result is the
+    bandwidth-only time above.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -97,17 +109,76 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
         bandwidth = get_chip(chip).ici_link_bandwidth
     W = check_positive("bandwidth (bytes/s)", bandwidth)
     nbytes = check_nonnegative("nbytes", nbytes)
+    t_hop = check_nonnegative("hop_latency (seconds per hop)", hop_latency)
     n = math.prod(sizes)
     if n == 1:
         return 0.0
     torus = topology == "torus"
+    latency = latency_steps(kind, sizes, topology) * t_hop if t_hop else 0.0
     if kind == "collective-permute":
-        return nbytes / W
+        return nbytes / W + latency
     if kind == "all-to-all":
         if len([s for s in sizes if s > 1]) > 1:
             raise ValueError("collective_time models an all-to-all over one axis only")
-        return _ring_all_to_all_link_load(nbytes, n, torus) / W
+        return _ring_all_to_all_link_load(nbytes, n, torus) / W + latency
     k = len([s for s in sizes if s > 1])
     directions = 2 if torus else 1
-    return ring_bytes(kind, nbytes, n) / (W * directions * k)
+    return ring_bytes(kind, nbytes, n) / (W * directions * k) + latency
+
+
+def _axis_sizes(axes) -> list[int]:
+    if isinstance(axes, (tuple, list)):
+        sizes = [check_positive_int("axes", a) for a in axes]
+        if not sizes:
+            raise ValueError("axes must name at least one axis size")
+        return sizes
+    return [check_positive_int("axes (devices in the group)", axes)]
+
+
+def latency_steps(kind: str, axes, topology: str = "torus") -> int:
+    """Hops a collective waits for one after another (the latency part of its time).
+
+    A ring all-gather or reduce-scatter over an axis of n devices takes n - 1 steps of one
+    hop each (both directions of a bidirectional ring run at once, so a torus takes the
+    same n - 1); an all-reduce is a reduce-scatter then an all-gather, 2 (n - 1). Over
+    several axes the collective runs axis after axis, so the steps add up:
+    sum over axes of (n_i - 1), doubled for an all-reduce. A collective-permute is one hop.
+    An all-to-all's farthest block travels n - 1 hops on a one-way ring, n // 2 on a torus
+    axis (one axis only).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}; got {topology!r}")
+    sizes = [s for s in _axis_sizes(axes) if s > 1]
+    if not sizes:
+        return 0
+    if kind == "collective-permute":
+        return 1
+    if kind == "all-to-all":
+        if len(sizes) > 1:
+            raise ValueError("latency_steps models an all-to-all over one axis only")
+        return sizes[0] // 2 if topology == "torus" else sizes[0] - 1
+    steps = sum(s - 1 for s in sizes)
+    return 2 * steps if kind == "all-reduce" else steps
+
+
+def latency_bound_bytes(kind: str, axes, chip=None, *, hop_latency: float,
+                        bandwidth: float | None = None, topology: str = "torus") -> float:
+    """The per-device buffer size (bytes, as in :func:`ring_bytes`) at which the latency
+    term of :func:`collective_time` equals its bandwidth term; smaller buffers are
+    latency-bound.
+
+    Both terms of ``collective_time`` are known: the bandwidth term grows linearly with the
+    buffer, the latency term ``latency_steps x hop_latency`` does not depend on it, so the
+    crossover is latency / (bandwidth time per byte). For an all-gather over one torus axis
+    of n devices it is (n - 1) t_hop / ((n - 1) / (2 n W)) = 2 n W t_hop.
+    """
+    t_hop = check_positive("hop_latency (seconds per hop)", hop_latency)
+    sizes = _axis_sizes(axes)
+    if math.prod(sizes) == 1:
+        raise ValueError("a collective over one device moves nothing and waits for nothing; "
+                         "give axes with more than one device")
+    per_byte = collective_time(kind, 1.0, sizes, chip, bandwidth=bandwidth, topology=topology)
+    return latency_steps(kind, sizes, topology) * t_hop / per_byte
 
