@@ -137,6 +137,7 @@ def slice_wraparound(chip, shape) -> tuple[bool, ...]:
     """Which axes of a TPU slice of ``shape`` have wraparound links.
 
     The rule used in this book (scaling-book's TPU chapter; Cloud TPU v4/v5p docs):
+
     * 2D-torus chips (v5e, v6e): an axis wraps only when it spans the full pod axis of 16.
     * 3D-torus chips (v4, v5p): wraparound links come from the optical switches of full
       4x4x4 cubes, so every axis wraps when every axis is a multiple of 4, else none does.

@@ -8,7 +8,8 @@ In a notebook::
 
 ``check`` never raises on a student's answer: a wrong type, a NaN, or student code that
 crashes is reported as a message. Programs (tests, an instructor's grading script) use
-:func:`evaluate`, which returns a :class:`Result` instead of printing.
+:func:`~scalebook.exercises.core.evaluate`, which returns a
+:class:`~scalebook.exercises.core.Result` instead of printing.
 
 Layout: :mod:`.core` (results, the registry, ``check``; one chapter file is imported only
 when one of its exercises is checked), :mod:`.kinds` (numeric, choice, code and mesh-program
