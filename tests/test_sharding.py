@@ -1,0 +1,242 @@
+"""scalebook.sharding: checked shardings, collectives of lowered programs, the collective
+matmul and the LLaMA-3 layer in three modes, on the 8-device CPU mesh."""
+
+import math
+
+import numpy as np
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AbstractMesh, AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from scalebook import hlo, sharding as sh  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+from scalebook.models import TransformerConfig, get_model  # noqa: E402
+
+MESH = scalebook.make_mesh((2, 4), ("x", "y"))
+TINY = TransformerConfig("tiny", n_layers=1, d_model=32, n_heads=8, n_kv_heads=4, head_dim=8,
+                         d_ff=64, vocab_size=128)
+
+
+# named_sharding / shard_shape ------------------------------------------------------------
+def test_named_sharding_is_a_named_sharding():
+    s = sh.named_sharding(MESH, P("x", "y"), (8, 16))
+    assert isinstance(s, NamedSharding) and s.spec == P("x", "y")
+    assert sh.named_sharding(MESH, ("x", None)).spec == P("x", None)
+
+
+@pytest.mark.parametrize("spec,shape,words", [
+    (P("z", None), (8, 16), ["'z'", "'x', 'y'"]),
+    (P("x", "x"), (8, 16), ["'x'", "only one dimension"]),
+    (P("y", None), (6, 16), ["size 6", "4 blocks", "y=4"]),
+    (P(("x", "y"), None), (12, 16), ["8 blocks", "x=2 x y=4"]),
+    (P("x", None, None), (8, 16), ["3 entries", "2 dimensions"]),
+])
+def test_named_sharding_errors_name_the_problem(spec, shape, words):
+    with pytest.raises(ValueError) as e:
+        sh.named_sharding(MESH, spec, shape)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_bad_types_are_refused():
+    with pytest.raises(TypeError, match="PartitionSpec"):
+        sh.named_sharding(MESH, "x")
+    with pytest.raises(TypeError, match="Mesh"):
+        sh.named_sharding("mesh", P("x"))
+    with pytest.raises(TypeError, match="entry 0"):
+        sh.shard_shape((8,), (3,), MESH)
+
+
+def test_shard_shape_matches_jax_and_works_on_abstract_meshes():
+    for spec in [P(), P("x", None), P(None, "y"), P("y", "x"), P(("x", "y"), None)]:
+        assert sh.shard_shape((8, 16), spec, MESH) == NamedSharding(MESH, spec).shard_shape((8, 16))
+    am = AbstractMesh((16, 8), ("data", "model"))
+    assert sh.shard_shape((8192, 28672), P("data", "model"), am) == (512, 3584)
+
+
+# lowered_collectives ---------------------------------------------------------------------
+def _all_five(a):
+    g = jax.lax.all_gather(a, "y", axis=1, tiled=True)               # [4, 16]
+    r = jax.lax.psum(g, "x")                                         # [4, 16]
+    s = jax.lax.psum_scatter(r, "y", scatter_dimension=1, tiled=True)   # [4, 4]
+    t = jax.lax.all_to_all(s, "y", 0, 1, tiled=True)                 # [1, 16]
+    return jax.lax.ppermute(t, "x", [(0, 1), (1, 0)])
+
+
+def test_lowered_collectives_agree_with_the_compiled_program():
+    f = jax.jit(jax.shard_map(_all_five, mesh=MESH, in_specs=P("x", "y"),
+                              out_specs=P(("x", "y"), None), check_vma=False))
+    a = jnp.ones((8, 16), jnp.float32)
+    lowered = f.lower(a)
+    low, comp = sh.lowered_collectives(lowered), hlo.collectives(lowered.compile())
+    assert [r.kind for r in low] == ["all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                     "collective-permute"]
+    by_kind = {r.kind: r for r in comp}
+    for r in low:
+        c = by_kind[r.kind]
+        assert r.group_size == c.group_size, r.kind
+        assert math.isclose(r.bytes_per_device, c.bytes_per_device), r.kind
+        if r.kind != "collective-permute":
+            assert sorted(r.groups) == sorted(c.groups), r.kind
+    # hand-worked bytes: all-gather output [4,16] f32 over 4 -> 3/4 * 256
+    assert low[0].bytes_per_device == 3 / 4 * 4 * 16 * 4
+    assert low[0].groups == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert low[1].groups == ((0, 4), (1, 5), (2, 6), (3, 7))
+
+
+def test_lowered_collectives_on_an_abstract_mesh_of_real_size():
+    am = AbstractMesh((16, 8), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    w = jax.ShapeDtypeStruct((8192, 28672), jnp.bfloat16,
+                             sharding=NamedSharding(am, P("data", "model")))
+    f = jax.jit(jax.shard_map(lambda w: jax.lax.all_gather(w, "data", tiled=True, to="invarying"),
+                              mesh=am,
+                              in_specs=P("data", "model"), out_specs=P(None, "model")))
+    (r,) = sh.lowered_collectives(f.trace(w).lower(lowering_platforms=("cpu",)))
+    assert r.kind == "all-gather" and r.group_size == 16 and r.dtype == "bf16"
+    assert r.result_shapes == ("bf16[8192,3584]",)
+    assert r.bytes_per_device == 15 / 16 * 8192 * 3584 * 2
+
+
+def test_lowered_collectives_refuses_other_things():
+    with pytest.raises(TypeError, match="Lowered"):
+        sh.lowered_collectives(3)
+    with pytest.raises(ValueError, match="StableHLO"):
+        sh.lowered_collectives("hello")
+    c = jax.jit(lambda a: a + 1).lower(jnp.ones(4)).compile()
+    with pytest.raises(TypeError, match="hlo.collectives"):
+        sh.lowered_collectives(c)
+
+
+# collective matmul -----------------------------------------------------------------------
+@pytest.mark.parametrize("B,D,F", [(8, 16, 32), (16, 32, 8)])
+def test_collective_matmul_equals_plain_and_uses_permutes(B, D, F):
+    rng = np.random.default_rng(B + D)
+    A = rng.standard_normal((B, D)).astype(np.float32)
+    W = rng.standard_normal((D, F)).astype(np.float32)
+    a = jax.device_put(A, NamedSharding(MESH, P("x", "y")))
+    w = jax.device_put(W, NamedSharding(MESH, P(None, "y")))
+    outs = {}
+    for fn in (sh.allgather_matmul, sh.collective_matmul):
+        f = jax.jit(jax.shard_map(lambda a, w, fn=fn: fn(a, w, "y"), mesh=MESH,
+                                  in_specs=(P("x", "y"), P(None, "y")), out_specs=P("x", "y")))
+        c = f.lower(a, w).compile()
+        outs[fn.__name__] = (np.asarray(c(a, w)), hlo.collectives(c))
+    np.testing.assert_allclose(outs["collective_matmul"][0], A @ W, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs["allgather_matmul"][0], A @ W, rtol=1e-4, atol=1e-4)
+    perms = outs["collective_matmul"][1]
+    assert [r.kind for r in perms] == ["collective-permute"] * 3
+    chunk = B // 2 * D // 4 * 4
+    assert sum(r.bytes_per_device for r in perms) == 3 * chunk
+    (ag,) = outs["allgather_matmul"][1]
+    assert ag.kind == "all-gather" and ag.bytes_per_device == 3 * chunk   # same bytes
+
+
+def test_collective_matmul_times_by_hand():
+    v5p = get_chip("tpu-v5p")
+    B, D, F, n = 8192, 8192, 28672, 4
+    t = sh.collective_matmul_times(B, D, F, n, "tpu-v5p")
+    t_math = 2 * B * D * F / n / v5p.bf16_flops
+    t_gather = (n - 1) / n * B * D * 2 / (2 * v5p.ici_link_bandwidth)
+    t_step = B * D * 2 / n / (2 * v5p.ici_link_bandwidth)
+    assert math.isclose(t["math"], t_math) and math.isclose(t["gather"], t_gather)
+    assert math.isclose(t["plain"], t_gather + t_math)
+    assert math.isclose(t["collective"], t_math / n + (n - 1) * max(t_math / n, t_step))
+    assert t["collective"] < t["plain"]
+    faster = sh.collective_matmul_times(B, D, F, n, v5p.with_(ici_link_bandwidth=1e12))
+    assert faster["gather"] < t["gather"]
+    with pytest.raises(ValueError, match="divide"):
+        sh.collective_matmul_times(8, 10, 8, 4, "tpu-v5p")
+    with pytest.raises(ValueError):
+        sh.collective_matmul_times(8, 16, 8, 0, "tpu-v5p")
+
+
+def test_collective_matmul_checks_w_rows():
+    f = jax.jit(jax.shard_map(lambda a, w: sh.collective_matmul(a, w, "y"), mesh=MESH,
+                              in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", "y")))
+    with pytest.raises(ValueError, match="rows"):
+        f.lower(jnp.ones((8, 16)), jnp.ones((16, 16)))
+
+
+# LLaMA-3 layer in three modes ----------------------------------------------------------------
+def _run(cfg, purpose, mode, vals):
+    mesh = scalebook.make_mesh((2, 4), ("data", "model"), explicit=(mode == "explicit"))
+    st = sh.layer_structs(cfg, mesh, purpose, 4, 8, dtype="float32")
+    arrs = {k: jax.device_put(vals[k], st[k].sharding) for k in st}
+    p = {k: v for k, v in arrs.items() if k.startswith("w")}
+    args = (p, arrs["x"]) + ((arrs["k_cache"], arrs["v_cache"]) if purpose == "decode" else ())
+    c = sh.layer_fn(mode, purpose, mesh).lower(*args).compile()
+    return np.asarray(c(*args)), hlo.collectives(c)
+
+
+def _reference(vals, purpose):
+    """The layer in plain NumPy (no sharding), written independently of _layer_math."""
+    p = {k: np.asarray(v, np.float64) for k, v in vals.items()}
+    x = p["x"]
+    sm = (lambda s: np.exp(s - s.max(-1, keepdims=True))
+          / np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    silu = (lambda z: z / (1 + np.exp(-z)))
+    if purpose == "decode":
+        q = np.einsum("bd,dkgh->bkgh", x, p["wq"])
+        s = np.einsum("bkgh,btkh->bkgt", q, p["k_cache"]) / np.sqrt(q.shape[-1])
+        o = np.einsum("bkgt,btkh->bkgh", sm(s), p["v_cache"])
+        h1 = x + np.einsum("bkgh,kghd->bd", o, p["wo"])
+    else:
+        q = np.einsum("bsd,dkgh->bskgh", x, p["wq"])
+        k = np.einsum("bsd,dkh->bskh", x, p["wk"])
+        v = np.einsum("bsd,dkh->bskh", x, p["wv"])
+        S = x.shape[1]
+        s = np.einsum("bskgh,btkh->bkgst", q, k) / np.sqrt(q.shape[-1])
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+        o = np.einsum("bkgst,btkh->bskgh", sm(s), v)
+        h1 = x + np.einsum("bskgh,kghd->bsd", o, p["wo"])
+    return h1 + (silu(h1 @ p["w_gate"]) * (h1 @ p["w_up"])) @ p["w_down"]
+
+
+@pytest.mark.parametrize("purpose", sh.PURPOSES)
+def test_layer_three_modes_agree_with_numpy(purpose):
+    mesh = scalebook.make_mesh((2, 4), ("data", "model"))
+    st = sh.layer_structs(TINY, mesh, purpose, 4, 8, dtype="float32")
+    rng = np.random.default_rng(1)
+    vals = {k: (0.3 * rng.standard_normal(v.shape)).astype(np.float32) for k, v in st.items()}
+    want = _reference(vals, purpose)
+    kinds = {}
+    for mode in sh.MODES:
+        got, records = _run(TINY, purpose, mode, vals)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        kinds[mode] = sorted(r.kind for r in records)
+    n_ag = 7 if purpose == "train" else 0
+    for mode in sh.MODES:
+        assert kinds[mode] == ["all-gather"] * n_ag + ["all-reduce"] * 2, (mode, kinds[mode])
+
+
+def test_layer_structs_at_real_size_allocate_nothing_and_check_divisibility():
+    am = AbstractMesh((16, 8), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    m70 = get_model("llama3-70b")
+    st = sh.layer_structs(m70, am, "train", 16, 4096)
+    assert st["wq"].shape == (8192, 8, 8, 128) and st["wq"].sharding.spec == P("data", "model",
+                                                                             None, None)
+    assert st["w_down"].sharding.shard_shape(st["w_down"].shape) == (3584, 512)
+    with pytest.raises(ValueError, match=r"x\[8, 4096, 8192\].*size 8.*16 blocks"):
+        sh.layer_structs(m70, am, "train", 8, 4096)
+    big = AbstractMesh((8, 16), ("data", "model"))
+    with pytest.raises(ValueError, match="wq.*size 8"):        # 8 KV heads over 16
+        sh.layer_structs(m70, big, "train", 16, 4096)
+
+
+def test_layer_fn_refuses_bad_arguments():
+    auto = scalebook.make_mesh((2, 4), ("data", "model"))
+    with pytest.raises(ValueError, match="mode"):
+        sh.layer_fn("pjit", "train", auto)
+    with pytest.raises(ValueError, match="purpose"):
+        sh.layer_fn("auto", "serve", auto)
+    with pytest.raises(ValueError, match="Explicit"):
+        sh.layer_fn("explicit", "train", auto)
+    with pytest.raises(ValueError, match="'data' and 'model'"):
+        sh.layer_fn("manual", "train", MESH)
