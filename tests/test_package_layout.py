@@ -64,3 +64,9 @@ def test_every_subpackage_is_installed_by_pyproject():
     from setuptools import find_packages
     found = set(find_packages(str(ROOT), include=["scalebook", "scalebook.*"]))
     assert set(subpackages) <= found
+
+
+def test_every_module_is_on_the_api_page():
+    page = (ROOT / "book" / "api.md").read_text()
+    documented = set(re.findall(r"\.\. automodule:: scalebook\.(\w+)", page))
+    assert set(MODULES) <= documented, f"add to book/api.md: {sorted(set(MODULES) - documented)}"
