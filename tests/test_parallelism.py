@@ -1,0 +1,311 @@
+"""scalebook.parallelism: chapter 5's formulas, worked by hand here, and bad input refused.
+
+Closed forms are written out from the chip figures (not through scalebook.collectives), so a
+change in either side shows up. Mesh checks (the compiled collectives of the schemes) run on
+the 8-device CPU mesh."""
+
+import math
+
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+from scalebook import parallelism as par  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+
+v5p, v5e, h100 = get_chip("tpu-v5p"), get_chip("tpu-v5e"), get_chip("gpu-h100")
+C5p, W5p = v5p.bf16_flops, v5p.ici_link_bandwidth
+
+
+def close(a, b, rtol=1e-9):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+# ---- networks -------------------------------------------------------------------------
+
+def test_networks():
+    assert par.network("tpu-v5p") == par.Network("ici", W5p, "torus")
+    assert par.network(h100) == par.Network("nvlink", h100.ici_link_bandwidth * h100.ici_links, "ring")
+    assert par.network(v5p, "dcn").bandwidth == v5p.dcn_bandwidth
+    with pytest.raises(ValueError, match="dcn_bandwidth"):
+        par.network("tpu-v6e", "dcn")
+    with pytest.raises(ValueError, match="network kind"):
+        par.network("tpu-v5p", "pcie")
+
+
+# ---- data parallelism and FSDP ----------------------------------------------------------
+
+@pytest.mark.parametrize("axes", [1, 2, 3])
+def test_dp_critical_batch_closed_form(axes):
+    # all-reduce of s per weight element over k torus axes vs 4 backward FLOPs per element
+    assert close(par.data_parallel_critical_batch(v5p, axes=axes), 2 * C5p / (4 * W5p * axes))
+    n = 16
+    assert close(par.data_parallel_critical_batch(v5p, n, axes=axes),
+                 (n - 1) / n * 2 * C5p / (4 * W5p * axes))
+
+
+def test_dp_critical_batch_on_a_ring_network():
+    W = h100.ici_link_bandwidth * h100.ici_links
+    assert close(par.data_parallel_critical_batch(h100), 2 * h100.bf16_flops / (2 * W))
+    assert close(par.data_parallel_critical_batch(h100, network_kind="dcn"),
+                 2 * h100.bf16_flops / (2 * h100.dcn_bandwidth))
+
+
+def test_dp_and_fsdp_times_cross_at_the_critical_batch():
+    n = 8
+    b_star = par.data_parallel_critical_batch(v5p, n)
+    for fn in (par.dp_layer_times, par.fsdp_layer_times):
+        t = fn(512, 2048, b_star, n, v5p)
+        assert close(t.comm_backward, t.compute_backward, 1e-9)
+        assert fn(512, 2048, 1.01 * b_star, n, v5p).compute_bound
+        assert not fn(512, 2048, 0.99 * b_star, n, v5p).compute_bound
+    # FSDP's forward gather has the same threshold (half the bytes, half the FLOPs)
+    t = par.fsdp_layer_times(512, 2048, b_star, n, v5p)
+    assert close(t.comm_forward, t.compute_forward)
+    assert par.dp_layer_times(512, 2048, 10, n, v5p).comm_forward == 0
+
+
+def test_dp_layer_times_by_hand():
+    D, F, b, n = 1024, 4096, 300, 4
+    t = par.dp_layer_times(D, F, b, n, v5p)
+    assert close(t.compute_forward, 4 * b * D * F / C5p)
+    assert close(t.comm_backward, 2 * (n - 1) / n * 2 * D * F * 2 / (2 * W5p))
+    t2 = par.dp_layer_times(D, F, b, (4, 4), v5p)
+    assert close(t2.comm_backward, 2 * 15 / 16 * 2 * D * F * 2 / (2 * W5p * 2))
+    assert close(t.lower, max(t.compute_forward, t.comm_forward)
+                 + max(t.compute_backward, t.comm_backward))
+
+
+def test_zero_stages():
+    N, n = 1e9, 8
+    by_stage = [par.training_memory_per_chip(N, n, z).as_dict() for z in range(4)]
+    assert by_stage[0] == {"weights": 2e9, "gradients": 2e9, "master_weights": 4e9,
+                           "optimizer": 8e9, "activations": 0.0}
+    assert by_stage[1]["optimizer"] == 1e9 and by_stage[1]["master_weights"] == 0.5e9
+    assert by_stage[2]["gradients"] == 0.25e9 and by_stage[2]["weights"] == 2e9
+    assert par.training_memory_per_chip(N, n, 3).total == 16e9 / 8
+    assert par.training_memory_per_chip(N, n, 3, activations=5.0).total == 16e9 / 8 + 5
+
+
+def test_largest_model():
+    assert close(par.largest_model_per_chip("tpu-v5p"), v5p.hbm_bytes / 16)
+    assert close(par.largest_model_per_chip("tpu-v5p", 64, 3), 64 * v5p.hbm_bytes / 16)
+    assert close(par.largest_model_per_chip("tpu-v5p", activation_fraction=0.25),
+                 0.75 * v5p.hbm_bytes / 16)
+    with pytest.raises(ValueError, match="activation_fraction"):
+        par.largest_model_per_chip("tpu-v5p", activation_fraction=1)
+
+
+# ---- tensor parallelism ---------------------------------------------------------------
+
+def test_tp_times_and_max_degree():
+    B, D, F = 4096, 8192, 28672
+    t = par.tp_mlp_layer_times(B, D, F, 4, v5p)
+    assert close(t.compute_forward, 2 * 2 * B * D * F / 4 / C5p)
+    assert close(t.comm_forward, 2 * 3 / 4 * B * D * 2 / (2 * W5p))
+    n_max = par.max_tp_degree(F, v5p)
+    assert n_max == math.floor(1 + 2 * F * 2 * W5p / (2 * C5p))
+    assert par.tp_mlp_layer_times(B, D, F, 8, v5p).compute_bound
+    assert not par.tp_mlp_layer_times(B, D, F, 16, v5p).compute_bound
+    assert par.max_tp_degree(F, v5p, matmuls=3) > n_max
+    assert par.max_tp_degree(F, v5p, axes=2) > n_max
+    # the batch does not matter
+    r1 = par.tp_mlp_layer_times(64, D, F, 8, v5p).ratio
+    r2 = par.tp_mlp_layer_times(65536, D, F, 8, v5p).ratio
+    assert close(r1, r2)
+
+
+def test_tp_max_degree_is_the_crossing():
+    F = 4096 * 6
+    n = par.max_tp_degree(F, v5p)
+
+    def ratio(m):  # forward comm / compute with the (n-1)/n factor, F divisibility ignored
+        return (2 * (m - 1) / m * 2 / (2 * W5p)) / (4 * F / m / C5p)
+    assert ratio(n) <= 1 < ratio(n + 1)
+
+
+def test_tp_attention():
+    assert par.tp_attention_check(64, 8, 8) == 8
+    assert par.tp_attention_check(64, 8, 16) == 4
+    with pytest.raises(ValueError, match="above the number of query heads"):
+        par.tp_attention_check(64, 8, 128)
+    with pytest.raises(ValueError, match="does not divide"):
+        par.tp_attention_check(64, 8, 6)
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        par.tp_attention_check(12, 8, 2)
+
+
+# ---- FSDP x TP ---------------------------------------------------------------------------
+
+def test_2d_times_by_hand():
+    B, D, F, X, Y, s = 2 ** 20, 8192, 28672, 32, 8, 2
+    t = par.fsdp_tp_layer_times(B, D, F, X, Y, v5p)
+    assert close(t.compute_forward, 4 * B * D * F / (X * Y) / C5p)
+    w = (X - 1) / X * 2 * D * F * s / Y / (2 * W5p)
+    a = 2 * (Y - 1) / Y * B * D * s / X / (2 * W5p)
+    assert close(t.comm_forward, w + a)
+    assert close(t.comm_backward, 2 * w + a)
+
+
+def test_optimal_degree_and_critical_batch():
+    F = 28672
+    b_star = par.fsdp_tp_critical_batch(F, v5p)
+    assert close(b_star, (2 * C5p / (2 * W5p)) ** 2 / F)
+    # at b*, with X = sqrt(B N / F), the large-n comm/compute ratio of the forward is 1:
+    N = 4096
+    B = b_star * N
+    X = par.optimal_fsdp_degree(B, N, F)
+    Y = N / X
+    ratio = (2 * C5p / (4 * W5p)) * (X / B + Y / F)   # s C / (4 W) (X / B + Y / F)
+    assert close(ratio, 1, 1e-9)
+    assert b_star < par.data_parallel_critical_batch(v5p)   # 2D needs fewer tokens per chip
+    # the same ratio from the exact per-layer times, at a large mesh (n-1)/n ~ 1:
+    t = par.fsdp_tp_layer_times(B, 8192, F, 512, 8, v5p)
+    exact = t.comm_forward / t.compute_forward
+    assert math.isclose(exact, (2 * C5p / (4 * W5p)) * (512 / B + 8 / F), rel_tol=0.15)
+
+
+def test_best_2d_split_beats_pure_fsdp():
+    plan = par.best_2d_split(2 ** 21, 8192, 28672, 256, v5p)
+    pure = par.fsdp_tp_layer_times(2 ** 21, 8192, 28672, 256, 1, v5p)
+    assert plan.n_fsdp * plan.n_tp == 256 and plan.times.comm <= pure.comm
+    assert par.best_2d_split(1024, 64, 7, 5, v5p).n_tp == 1      # only 1 divides F = 7
+
+
+# ---- pipeline --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("P,M", [(2, 1), (4, 4), (4, 8), (3, 7), (8, 16)])
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_schedules_match_the_bubble_formula(P, M, kind):
+    s = par.pipeline_schedule(P, M, kind)
+    assert s.busy == 2 * P * M
+    assert s.steps == 2 * (M + P - 1)
+    assert close(s.bubble_fraction, (P - 1) / (M + P - 1))
+    assert close(par.bubble_fraction(P, M), (P - 1) / (M + P - 1))
+    assert s.in_flight(0) == par.pipeline_activation_microbatches(P, M, kind)
+    # every job appears once, forwards before backwards on a stage, in dependency order
+    when = {}
+    for p, row in enumerate(s.grid):
+        for t, cell in enumerate(row):
+            if cell:
+                assert (cell, p) not in when
+                when[(cell, p)] = t
+    for m in range(M):
+        for p in range(1, P):
+            assert when[(("F", m), p)] > when[(("F", m), p - 1)]
+            assert when[(("B", m), p - 1)] > when[(("B", m), p)]
+        assert when[(("B", m), P - 1)] > when[(("F", m), P - 1)]
+
+
+def test_schedule_text():
+    text = par.pipeline_schedule(2, 2).text()
+    assert text.splitlines()[0] == "stage 0: F0 F1  .  . b1 b0"
+
+
+def test_pipeline_bad_input():
+    assert par.check_pipeline(8, 4) == 2
+    with pytest.raises(ValueError, match="more than n_layers"):
+        par.check_pipeline(4, 8)
+    with pytest.raises(ValueError, match="does not divide"):
+        par.check_pipeline(6, 4)
+    with pytest.raises(ValueError, match="kind"):
+        par.pipeline_schedule(4, 4, "interleaved")
+    with pytest.raises(ValueError, match="n_microbatches"):
+        par.bubble_fraction(4, 0)
+
+
+# ---- experts ---------------------------------------------------------------------------
+
+def test_moe():
+    cap = par.moe_capacity(1024, 8, 2, 1.25)
+    assert cap.per_expert == math.ceil(1.25 * 1024 * 2 / 8) and cap.slots == 8 * 320
+    assert par.moe_capacity(1000, 8, 1, 1.0).per_expert == 125
+    assert par.tokens_dropped([3, 5, 0, 9], 4) == 1 + 5
+    import numpy as np
+    assert par.tokens_dropped(np.array([3, 5]), 4) == 1
+    from scalebook.roofline import critical_batch
+    assert par.moe_critical_batch(4096, 14336, 8, 2, v5p) == math.ceil(4 * critical_batch(4096, 14336, v5p))
+    assert close(par.moe_all_to_all_bytes(1024, 4096, 2, 8), 7 / 8 * 1024 * 2 * 4096 * 2)
+    t = par.moe_layer_times(1024, 4096, 14336, 8, 2, 8, v5p)
+    assert close(t.compute_forward, 4 * 1024 * 2 * 4096 * 14336 / C5p)
+
+
+@pytest.mark.parametrize("cf", [0, -1.0, float("nan"), "1.25", True])
+def test_capacity_factor_refused(cf):
+    with pytest.raises(ValueError, match="capacity_factor"):
+        par.moe_capacity(1024, 8, 2, cf)
+
+
+def test_moe_bad_input():
+    with pytest.raises(ValueError, match="more than n_experts"):
+        par.moe_capacity(16, 4, 5, 1.0)
+    with pytest.raises(ValueError, match="does not divide"):
+        par.moe_layer_times(16, 8, 8, 6, 1, 4, v5p)
+    with pytest.raises(ValueError, match="expert_counts"):
+        par.tokens_dropped([1, -2], 1)
+
+
+# ---- context parallelism ---------------------------------------------------------------
+
+def test_ring_attention():
+    S = par.ring_attention_min_block(v5p, 64, 8)
+    assert close(S, 2 * C5p * 8 / (2 * W5p * 64))
+    t_math, t_comm = par.ring_attention_step_times(round(S), 64, 8, 128, v5p)
+    assert math.isclose(t_math, t_comm, rel_tol=0.01)
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        par.ring_attention_min_block(v5p, 6, 4)
+
+
+# ---- memory tools ------------------------------------------------------------------------
+
+def test_remat_and_accumulation_and_offload():
+    assert [par.mlp_saved_elements(64, 256, p) for p in par.REMAT_POLICIES] == [64, 320, 576]
+    with pytest.raises(ValueError, match="policy"):
+        par.mlp_saved_elements(64, 256, "some")
+    assert par.accumulation_activation_bytes(100.0, 4096, 4) == 100.0 * 1024
+    with pytest.raises(ValueError, match="does not divide"):
+        par.accumulation_activation_bytes(1.0, 100, 3)
+    assert close(par.offload_time(1.5e10, v5p), 2.0)
+    assert close(par.offload_time(1.5e10, v5p, round_trip=False), 1.0)
+
+
+def test_dcn():
+    assert close(par.dcn_critical_batch_per_slice(v5p), 2 * C5p / (2 * v5p.dcn_bandwidth))
+    assert close(par.dcn_critical_batch_per_slice(v5p, 4), 0.75 * 2 * C5p / (2 * v5p.dcn_bandwidth))
+    with pytest.raises(ValueError, match="n_slices"):
+        par.dcn_critical_batch_per_slice(v5p, 1)
+
+
+# ---- chips with overridden figures, and bad input everywhere ---------------------------
+
+def test_modified_chip_changes_the_answer():
+    fast = v5p.with_(ici_link_bandwidth=2 * W5p)
+    assert close(par.data_parallel_critical_batch(fast), par.data_parallel_critical_batch(v5p) / 2)
+    assert par.max_tp_degree(28672, fast) > par.max_tp_degree(28672, v5p)
+    assert close(par.dcn_critical_batch_per_slice(v5p.with_(dcn_bandwidth=1e10)),
+                 2 * C5p / 2e10)
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda: par.dp_layer_times(0, 4, 1, 2, v5p), "D"),
+    (lambda: par.dp_layer_times(4, 4, -1, 2, v5p), "tokens per chip"),
+    (lambda: par.dp_layer_times(4, 4, 1, (2, 0), v5p), "n_dp"),
+    (lambda: par.fsdp_layer_times(4, 4, 1, 2, "tpu-v9"), "unknown chip"),
+    (lambda: par.data_parallel_critical_batch(None), "give a chip"),
+    (lambda: par.data_parallel_critical_batch(v5p, 1), "n must be"),
+    (lambda: par.training_memory_per_chip(1e9, 8, 4), "zero_stage"),
+    (lambda: par.training_memory_per_chip(-1, 8, 1), "n_params"),
+    (lambda: par.training_memory_per_chip(1e9, 0, 1), "n_shard"),
+    (lambda: par.tp_mlp_layer_times(16, 64, 100, 8, v5p), "F=100 does not divide over 8"),
+    (lambda: par.tp_mlp_layer_times(16, 64, 64, 2, v5p, matmuls=4), "matmuls"),
+    (lambda: par.fsdp_tp_layer_times(16, 64, 60, 2, 8, v5p), "does not divide"),
+    (lambda: par.check_divides("B", 10, 4), "B=10 does not divide over 4"),
+    (lambda: par.offload_time(-1, v5p), "nbytes"),
+    (lambda: par.moe_capacity(0, 4, 1, 1.0), "tokens"),
+])
+def test_bad_input_is_refused_by_name(call, word):
+    with pytest.raises((ValueError, TypeError, KeyError)) as e:
+        call()
+    assert word in str(e.value)
