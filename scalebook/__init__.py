@@ -10,8 +10,10 @@ Modules (chapter that derives them)
   topology        between chips: torus hops, slices, bisection, transfer time (2)
   collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
+  profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
   models          LLaMA-3 configurations and transformer arithmetic (4)
   llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4)
+  parallelism     training parallelism: DP, FSDP/ZeRO, TP, 2D, pipeline, experts, context (5)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
   measure         timing on this machine: measured matmul and bandwidth rooflines (1)
   plots           the book's figures: chip colours, roofline plots
@@ -42,9 +44,23 @@ Formula or task -> function
   XLA's FLOP count, cost_analysis as a dict       hlo.xla_flops, hlo.cost
   matmul FLOPs of a traced program (exact)        hlo.matmul_flops_traced
   memory_analysis as bytes per device             hlo.memory (MemoryUse)
+  instructions of a compiled program, fusions     hlo.ops (Op) / fusions / count_fusions
+  capture and parse a profiler trace              profiling.capture / load_trace (Trace)
+  op table of a trace, by op, kind or device      profiling.Trace.summary (OpSummary)
+  measured op time vs max(FLOPs/C, bytes/W)       profiling.compare_with_roofline
+  predicted profile of one layer's training step  profiling.predict_layer_profile
   LLaMA-3 parameters, FLOPs/token, 6ND            models.TransformerConfig.num_params / training_flops
   training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
   bytes per element of a dtype                    units.dtype_bytes
+  DP / FSDP layer times, critical batch per chip  parallelism.dp_layer_times / fsdp_layer_times / data_parallel_critical_batch
+  ZeRO-0..3 memory per chip, largest model        parallelism.training_memory_per_chip (ChipMemory) / largest_model_per_chip
+  Megatron TP times, largest TP degree, heads     parallelism.tp_mlp_layer_times / max_tp_degree / tp_attention_check
+  FSDP x TP times, optimal split, critical batch  parallelism.fsdp_tp_layer_times / optimal_fsdp_degree / fsdp_tp_critical_batch
+  pipeline bubble (P-1)/(N_mb+P-1), schedules     parallelism.bubble_fraction / pipeline_schedule (Schedule)
+  MoE capacity, drops, critical batch, a2a bytes  parallelism.moe_capacity / tokens_dropped / moe_critical_batch / moe_all_to_all_bytes
+  ring attention block to hide the K/V permute    parallelism.ring_attention_min_block
+  values kept per remat policy, PCIe offload time parallelism.mlp_saved_elements / offload_time
+  DP across slices over DCN: tokens per slice     parallelism.dcn_critical_batch_per_slice
 """
 
 from .mesh import make_mesh, setup

@@ -10,6 +10,9 @@
   :func:`xla_flops` -- the FLOPs XLA counts for ``jax.jit(fn)(*args)``;
   :func:`matmul_flops_traced` -- the FLOPs of the ``dot_general`` ops of a traced program.
 * :func:`memory` -- ``compiled.memory_analysis()`` as a small record of byte counts.
+* :func:`ops` -- the instructions that run as separate steps (what a profiler trace shows),
+  one :class:`Op` each with its category, FLOPs (of the dots inside) and bytes (operands +
+  result); :func:`fusions`, :func:`count_fusions`, :func:`op_categories` (chapter 9).
 
 What a comparison with these verifies: the kinds, shapes, dtypes and replica groups are
 XLA's own; a byte count derived from those shapes with :func:`scalebook.collectives.ring_bytes`
@@ -30,6 +33,7 @@ from .units import DTYPE_BYTES
 __all__ = [
     "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
     "parse_replica_groups", "cost", "xla_flops", "matmul_flops_traced", "MemoryUse", "memory",
+    "Op", "ops", "fusions", "count_fusions", "op_categories", "OP_CATEGORIES",
 ]
 
 
@@ -652,3 +656,192 @@ def memory(compiled) -> MemoryUse:
         arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
         temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes),
         generated_code=int(getattr(m, "generated_code_size_in_bytes", 0)))
+
+
+# ------------------------------------------------------------------------------------------
+# The instructions of a compiled program, one by one (chapter 9)
+# ------------------------------------------------------------------------------------------
+
+# Opcodes that move or re-describe data without arithmetic.
+_DATA_MOVEMENT = {"copy", "transpose", "bitcast", "reshape", "broadcast", "slice",
+                  "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather",
+                  "scatter", "reverse", "copy-start", "copy-done", "iota"}
+# Opcodes that only name values (no work at run time).
+_BOOKKEEPING = {"parameter", "constant", "tuple", "get-tuple-element", "after-all",
+                "partition-id", "replica-id", "opt-barrier"}
+_CONTROL = {"while", "conditional", "call"}
+OP_CATEGORIES = ("matmul", "collective", "elementwise", "data movement", "control flow",
+                 "bookkeeping")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One instruction of a compiled program's top-level computations.
+
+    name: the HLO instruction name (the name a profiler trace shows); opcode: e.g. "fusion",
+    "dot", "all-reduce"; fusion_kind: "kLoop", "kInput", "kOutput", "kCustom" (fusions only);
+    shape: the result type, e.g. "f32[64,128]" (layouts dropped); operands: the operand names;
+    category: one of :data:`OP_CATEGORIES` (a fusion that contains a dot or convolution is
+    a "matmul"); flops: 2 x (result size) x (contracted size) summed over the dots inside (0
+    for other ops: elementwise arithmetic is not counted here); bytes: operand + result bytes
+    (each crossing memory once, the fusion boundary model); count: times it runs (while-loop
+    trip counts); computation: where it sits; called: the computations it calls.
+    """
+
+    name: str
+    opcode: str
+    shape: str
+    operands: tuple
+    category: str
+    flops: float
+    bytes: float
+    count: int = 1
+    fusion_kind: str = ""
+    computation: str = ""
+    called: tuple = ()
+
+    def __str__(self) -> str:
+        kind = f" {self.fusion_kind}" if self.fusion_kind else ""
+        return (f"{self.name:<28} {self.opcode + kind:<16} {self.shape:<18} {self.category:<13} "
+                f"{self.flops:10.3g} FLOPs {self.bytes:10.3g} B")
+
+
+def _dot_flops(ins, table) -> float:
+    """2 x (result elements) x (contracted elements) of a dot instruction."""
+    out = _shapes(ins.type_text)
+    if not out or not ins.operands or ins.operands[0] not in table:
+        return 0.0
+    lhs = _shapes(table[ins.operands[0]].type_text)
+    if not lhs:
+        return 0.0
+    lhs_dims = [int(x) for x in lhs[0].split("[")[1].rstrip("]").split(",") if x]
+    contract = _attr(ins.attrs, "lhs_contracting_dims") or ""
+    k = math.prod(lhs_dims[int(i)] for i in re.findall(r"\d+", contract)) if contract else 1
+    n_out = _shape_bytes(out[0]) / DTYPE_BYTES[out[0].split("[")[0]]
+    return 2.0 * n_out * k
+
+
+def _module(compiled):
+    text = hlo_text(compiled)
+    if not re.search(r"%?[\w.\-]+\s*=\s*\S", text) or not re.search(r"\w+\[[0-9,]*\]", text):
+        raise ValueError("compiled: the text does not look like HLO (no instructions such as "
+                         "'%x = f32[4] add(%a, %b)' found)")
+    comps, entry = _parse_module(text)
+    table = {ins.name: ins for instrs in comps.values() for ins in instrs}
+    return comps, entry, table
+
+
+def _called(ins) -> list[str]:
+    out = []
+    for key in ("calls", "to_apply", "body", "condition", "branch_computations",
+                "true_computation", "false_computation"):
+        v = _attr(ins.attrs, key)
+        if v:
+            out.extend(re.findall(r"%?([\w.\-]+)", v))
+    return out
+
+
+def _inner_flops(comp, comps, table, depth=0) -> float:
+    if depth > 16:
+        return 0.0
+    total = 0.0
+    for ins in comps.get(comp, []):
+        if ins.opcode == "dot":
+            total += _dot_flops(ins, table)
+        elif ins.opcode in ("fusion", "call"):
+            for c in _called(ins):
+                total += _inner_flops(c, comps, table, depth + 1)
+    return total
+
+
+def _has_matmul(comp, comps, depth=0) -> bool:
+    if depth > 16:
+        return False
+    for ins in comps.get(comp, []):
+        if ins.opcode in ("dot", "convolution"):
+            return True
+        if ins.opcode in ("fusion", "call") and any(_has_matmul(c, comps, depth + 1)
+                                                      for c in _called(ins)):
+            return True
+    return False
+
+
+def _category(ins, comps) -> str:
+    op = ins.opcode
+    base = op[: -len(_START_SUFFIX)] if op.endswith(_START_SUFFIX) else \
+        op[: -len(_DONE_SUFFIX)] if op.endswith(_DONE_SUFFIX) else op
+    if base in KINDS:
+        return "collective"
+    if op in ("dot", "convolution"):
+        return "matmul"
+    if op == "fusion":
+        if any(_has_matmul(c, comps) for c in _called(ins)):
+            return "matmul"
+        return "elementwise"
+    if op in _CONTROL:
+        return "control flow"
+    if op in _BOOKKEEPING:
+        return "bookkeeping"
+    if op in _DATA_MOVEMENT:
+        return "data movement"
+    return "elementwise"
+
+
+def ops(compiled) -> list[Op]:
+    """The instructions of a compiled program that run as separate steps: those of the entry
+    computation and of the bodies of its while loops and conditionals (not the insides of
+    fusions), in program order, one :class:`Op` each.
+
+    These are the names a profiler trace of the program shows (``ynn_fusion.3``,
+    ``all-reduce``, ...). ``compiled`` is a ``jax.stages.Compiled`` or its HLO text.
+    """
+    comps, entry, table = _module(compiled)
+    if entry is None:
+        raise ValueError("compiled: the HLO text has no ENTRY computation; pass the whole "
+                         "module (compiled.as_text()), not a few lines")
+    mult = _multipliers(comps, entry)
+    order, seen = [entry], {entry}
+    i = 0
+    while i < len(order):     # the entry and the control-flow computations it reaches
+        for ins in comps.get(order[i], []):
+            if ins.opcode in _CONTROL:
+                for c in _called(ins):
+                    if c in comps and c not in seen:
+                        seen.add(c)
+                        order.append(c)
+        i += 1
+    out = []
+    for comp in order:
+        for ins in comps[comp]:
+            shape = " ".join(_shapes(ins.type_text)) or ins.type_text.split("{")[0]
+            category = _category(ins, comps)
+            called = tuple(_called(ins))
+            flops = _dot_flops(ins, table) if ins.opcode == "dot" else \
+                sum(_inner_flops(c, comps, table) for c in called) if ins.opcode == "fusion" else 0.0
+            if category in ("bookkeeping", "control flow") or ins.opcode == "bitcast":
+                nbytes = 0.0
+            else:
+                operand_bytes = sum(_sum_bytes(_shapes(table[o].type_text))
+                                    for o in ins.operands if o in table)
+                nbytes = operand_bytes + _sum_bytes(_shapes(ins.type_text))
+            fk = (_attr(ins.attrs, "kind") or "") if ins.opcode == "fusion" else ""
+            out.append(Op(name=ins.name, opcode=ins.opcode, shape=shape,
+                          operands=tuple(ins.operands), category=category, flops=float(flops),
+                          bytes=float(nbytes), count=int(mult.get(comp, 1) or 1),
+                          fusion_kind=fk, computation=comp, called=called))
+    return out
+
+
+def fusions(compiled) -> list[Op]:
+    """The fusion instructions of a compiled program (:func:`ops` whose opcode is "fusion")."""
+    return [o for o in ops(compiled) if o.opcode == "fusion"]
+
+
+def count_fusions(compiled) -> int:
+    """How many fusions the compiled program runs (loop trip counts not multiplied)."""
+    return len(fusions(compiled))
+
+
+def op_categories(compiled) -> dict:
+    """{instruction name: category} for :func:`ops`, to label the events of a trace."""
+    return {o.name: o.category for o in ops(compiled)}

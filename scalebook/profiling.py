@@ -1,0 +1,634 @@
+"""Profiles of JAX programs: capture a trace, read it as a table of ops, draw its timeline,
+and predict the profile a real chip would show (chapter 9).
+
+* :func:`capture` runs a function under ``jax.profiler.trace`` in a temporary folder and
+  returns the parsed :class:`Trace`; :func:`find_trace_file` finds the Perfetto/Chrome JSON
+  trace (``perfetto_trace.json.gz``) that JAX writes there; :func:`load_trace` parses such a
+  file (or its decoded JSON) and fails with :class:`TraceError` on a malformed or empty one.
+* :class:`Trace` holds one :class:`OpEvent` per executed HLO op (name, device, thread,
+  start, duration); :meth:`Trace.summary` sums them by op, by kind or by device
+  (:class:`OpSummary`); :func:`plot_timeline` draws one lane per device.
+* :func:`op_kind` names the kind of an op from its HLO name ("matmul", "collective",
+  "elementwise", ...), or from the compiled program's own instructions
+  (:func:`scalebook.hlo.op_categories`) when given.
+* :func:`compare_with_roofline` puts the measured time of each big op next to its roofline
+  time max(FLOPs / C, bytes / W) for the peak C and bandwidth W you give (chapter 1's
+  measured values for this machine).
+* :func:`predict_layer_profile` predicts, op by op, one transformer layer's training step on
+  a real chip with tensor parallelism (the book's cost model); :func:`plot_predicted` draws
+  it as the timeline a profiler would show.
+
+Why the JSON trace and not ``.xplane.pb``: the ``.xplane.pb`` file is XProf's own protobuf
+format (TensorBoard's profile plugin / ``xprof`` read it); the JSON trace is plain Chrome
+trace-event format that Perfetto opens and the standard library parses, so the book needs
+no extra package. Times in a trace are microseconds; this module returns seconds.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import math
+import numbers
+import os
+import re
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .collectives import KINDS, collective_time
+from .hardware import get_chip
+from .models import get_model
+from .roofline import Bounds
+from .units import check_positive, check_positive_int
+
+__all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace_file",
+           "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
+           "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
+           "predicted_breakdown", "KIND_COLORS"]
+
+KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
+KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
+               "data movement": "#8c564b", "collective": "#d62728", "other": "#7f7f7f",
+               "control flow": "#7f7f7f", "bookkeeping": "#7f7f7f"}
+
+
+class TraceError(ValueError):
+    """A trace file that is missing, malformed or holds no executed HLO ops."""
+
+
+@dataclass(frozen=True)
+class OpEvent:
+    """One execution of one HLO op on one device, as the trace records it.
+
+    name: the HLO instruction name (e.g. "ynn_fusion.3", "all-reduce"); module: the
+    compiled program ("jit_train_step"); device: the device ordinal (None if the trace does
+    not say); thread: the name of the thread that ran it; start, duration: seconds (start
+    measured from the first event of the trace).
+    """
+
+    name: str
+    module: str
+    device: int | None
+    thread: str
+    start: float
+    duration: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """Events summed by a key (an op name, a kind, a device): how many, their total and mean
+    duration in seconds, and their share of the total of all rows."""
+
+    key: str
+    count: int
+    total: float
+    share: float
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def __str__(self) -> str:
+        from .units import fmt_time
+        return (f"{self.key:<32} n={self.count:<5} total {fmt_time(self.total):>10}  "
+                f"mean {fmt_time(self.mean):>10}  {self.share:6.1%}")
+
+
+# ------------------------------------------------------------------------------------------
+# Kinds of op
+# ------------------------------------------------------------------------------------------
+
+_COLLECTIVE_NAME = re.compile(r"^(all-gather|reduce-scatter|all-reduce|all-to-all|"
+                              r"collective-permute)(-start|-done)?(\.\d+)?$")
+
+
+def op_kind(name: str, categories: dict | None = None) -> str:
+    """The kind of the op named ``name``: one of :data:`KINDS_ORDER`.
+
+    With ``categories`` (``scalebook.hlo.op_categories(compiled)``) the compiled program's
+    own instruction decides (a fusion containing a dot is a "matmul"). Without it the name
+    decides: collectives by their opcode names, ``dot``/``ynn_fusion``/``*gemm*``/
+    ``*convolution*`` are matmuls (XLA:CPU's YNNPACK fusions and GPU's cuBLAS calls are
+    the matmuls), ``copy``/``transpose``/``slice``... are data movement, other fusions and
+    ``wrapped_*`` ops are elementwise.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be an HLO op name (str); got {type(name).__name__}")
+    if categories is not None:
+        if not isinstance(categories, dict):
+            raise TypeError("categories must be the dict of scalebook.hlo.op_categories(compiled)")
+        cat = categories.get(name)
+        if cat is not None:
+            return {"control flow": "other", "bookkeeping": "other"}.get(cat, cat)
+    base = re.sub(r"\.\d+$", "", name)
+    if _COLLECTIVE_NAME.match(name):
+        return "collective"
+    if base in ("dot", "convolution") or base.startswith("ynn_fusion") or "gemm" in base \
+            or "cublas" in base or "convolution" in base:
+        return "matmul"
+    if base.split("_")[0] in ("copy", "transpose", "slice", "dynamic-slice", "concatenate",
+                              "pad", "gather", "scatter", "broadcast", "reshape", "bitcast",
+                              "dynamic-update-slice") and "fusion" not in base:
+        return "data movement"
+    if "fusion" in base or base.startswith("wrapped_") or base in (
+            "add", "multiply", "subtract", "divide", "exponential", "tanh", "reduce",
+            "maximum", "minimum", "negate", "convert", "select", "compare", "rsqrt", "log"):
+        return "elementwise"
+    return "other"
+
+
+# ------------------------------------------------------------------------------------------
+# Reading trace files
+# ------------------------------------------------------------------------------------------
+
+def find_trace_file(logdir) -> str:
+    """The Perfetto/Chrome JSON trace that ``jax.profiler.trace(logdir, ...)`` wrote.
+
+    JAX writes ``plugins/profile/<date>/`` under ``logdir`` with ``<host>.xplane.pb``
+    (XProf's format), ``<host>.trace.json.gz`` and, with ``create_perfetto_trace=True``,
+    ``perfetto_trace.json.gz``. The newest ``perfetto_trace.json.gz`` is returned, else the
+    newest ``*.trace.json.gz`` (both hold the same events in Chrome trace-event JSON).
+    """
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(f"logdir must be a folder path; got {type(logdir).__name__}")
+    logdir = os.fspath(logdir)
+    if not os.path.isdir(logdir):
+        raise TraceError(f"logdir {logdir!r} is not a folder")
+    for pattern in ("perfetto_trace.json.gz", "*.trace.json.gz", "*.trace.json"):
+        found = glob.glob(os.path.join(logdir, "**", pattern), recursive=True)
+        if found:
+            return max(found, key=os.path.getmtime)
+    raise TraceError(f"no JSON trace under {logdir!r}: run jax.profiler.trace(logdir, "
+                     f"create_perfetto_trace=True) first (an .xplane.pb alone needs XProf)")
+
+
+def _read_json(source):
+    if isinstance(source, (dict, list)):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"trace must be a path to a .json or .json.gz trace, or its decoded "
+                        f"JSON (dict or list); got {type(source).__name__}")
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = find_trace_file(path)
+    if not os.path.isfile(path):
+        raise TraceError(f"trace file {path!r} does not exist")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"trace file {path!r} is not a (gzipped) JSON trace: "
+                         f"{type(e).__name__}: {e}") from None
+
+
+def load_trace(source, keep_runtime: bool = False) -> "Trace":
+    """Parse a Chrome/Perfetto JSON trace into a :class:`Trace` of HLO-op events.
+
+    ``source`` is a ``.json``/``.json.gz`` path, a folder that ``jax.profiler.trace`` wrote,
+    or the decoded JSON (a dict with "traceEvents" or a bare list of events). Complete
+    events (``"ph": "X"``) whose ``args`` name an ``hlo_op`` are the executed ops; named
+    annotations (``jax.profiler.TraceAnnotation``) on the Python thread are kept in
+    ``Trace.annotations``. A file that is not JSON, has no event list, or has no executed
+    op raises :class:`TraceError` saying so.
+    """
+    data = _read_json(source)
+    if isinstance(data, dict):
+        if "traceEvents" not in data:
+            raise TraceError("the JSON has no 'traceEvents' list: not a Chrome/Perfetto trace")
+        events = data["traceEvents"]
+    else:
+        events = data
+    if not isinstance(events, list):
+        raise TraceError("'traceEvents' must be a list of events")
+    threads, ops, spans = {}, [], []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            threads[(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
+    t0 = None
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(f"a complete event has no numeric 'ts'/'dur': {str(e)[:120]}") from None
+        t0 = ts if t0 is None else min(t0, ts)
+        args = e.get("args") or {}
+        thread = threads.get((e.get("pid"), e.get("tid")), str(e.get("tid", "")))
+        if "hlo_op" in args:
+            dev = args.get("device_ordinal")
+            try:
+                dev = int(dev) if dev is not None else None
+            except (TypeError, ValueError):
+                dev = None
+            ops.append((str(args["hlo_op"]), str(args.get("hlo_module", "")), dev, thread, ts,
+                        dur))
+        elif thread == "python" and not str(e.get("name", "")).startswith("$"):
+            spans.append((str(e.get("name", "")), "", None, thread, ts, dur))
+    if not ops:
+        raise TraceError("the trace holds no executed HLO ops (no event with args.hlo_op): "
+                         "was anything run (and block_until_ready called) inside "
+                         "jax.profiler.trace?")
+    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6) for n, m, d, th, ts, dur in ops]
+    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6) for n, m, d, th, ts, dur in spans]
+    mk.sort(key=lambda ev: (ev.start, ev.device if ev.device is not None else -1))
+    ann.sort(key=lambda ev: ev.start)
+    path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    return Trace(events=mk, annotations=ann, path=path)
+
+
+# ------------------------------------------------------------------------------------------
+# The trace
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    """The executed HLO ops of a profile (``events``) and the user's annotations.
+
+    ``categories`` (``scalebook.hlo.op_categories(compiled)``), when set, labels the ops
+    by the compiled program's own instructions instead of by their names.
+    """
+
+    events: list
+    annotations: list = field(default_factory=list)
+    path: str | None = None
+    categories: dict | None = None
+
+    def kind(self, name: str) -> str:
+        return op_kind(name, self.categories)
+
+    @property
+    def devices(self) -> list:
+        return sorted({e.device for e in self.events if e.device is not None})
+
+    @property
+    def modules(self) -> list:
+        return sorted({e.module for e in self.events})
+
+    def select(self, module: str | None = None, device=None, kind: str | None = None) -> list:
+        """The events of one compiled program, device and/or kind."""
+        if kind is not None and kind not in KINDS_ORDER:
+            raise ValueError(f"kind must be one of {', '.join(KINDS_ORDER)}; got {kind!r}")
+        if module is not None and module not in self.modules:
+            raise ValueError(f"module {module!r} is not in the trace; it has "
+                             f"{', '.join(self.modules)}")
+        return [e for e in self.events
+                if (module is None or e.module == module)
+                and (device is None or e.device == device)
+                and (kind is None or self.kind(e.name) == kind)]
+
+    def summary(self, by: str = "op", module: str | None = None, device=None) -> list:
+        """Events summed by ``by`` = "op" (HLO name), "kind" or "device"; largest total
+        first. Totals add the durations on every device (8 devices running an op for 1 ms
+        each is 8 ms)."""
+        keys = {"op": lambda e: e.name, "kind": lambda e: self.kind(e.name),
+                "device": lambda e: str(e.device), "module": lambda e: e.module}
+        if by not in keys:
+            raise ValueError(f"by must be one of {', '.join(keys)}; got {by!r}")
+        total, count = defaultdict(float), defaultdict(int)
+        for e in self.select(module=module, device=device):
+            k = keys[by](e)
+            total[k] += e.duration
+            count[k] += 1
+        grand = sum(total.values()) or 1.0
+        rows = [OpSummary(k, count[k], total[k], total[k] / grand) for k in total]
+        return sorted(rows, key=lambda r: (-r.total, r.key))
+
+    def top(self, n: int = 10, module: str | None = None) -> list:
+        """The ``n`` ops with the largest total time."""
+        return self.summary("op", module=module)[:check_positive_int("n", n)]
+
+    def table(self, n: int = 10, by: str = "op", module: str | None = None) -> str:
+        """The summary as text, ``n`` rows."""
+        rows = self.summary(by, module=module)[:check_positive_int("n", n)]
+        return "\n".join(str(r) for r in rows)
+
+    def steps(self, name: str) -> list:
+        """The annotation spans called ``name`` (e.g. each ``TraceAnnotation("step")``)."""
+        found = [a for a in self.annotations if a.name == name]
+        if not found:
+            names = sorted({a.name for a in self.annotations})
+            raise ValueError(f"no annotation {name!r} in the trace; it has "
+                             f"{', '.join(names) or 'none'}")
+        return found
+
+    def busy_time(self, device=None, module: str | None = None) -> float:
+        """Seconds during which ``device`` ran at least one op (overlaps merged)."""
+        spans = sorted((e.start, e.end) for e in self.select(module=module, device=device))
+        busy, cur_s, cur_e = 0.0, None, None
+        for s, t in spans:
+            if cur_e is None or s > cur_e:
+                if cur_e is not None:
+                    busy += cur_e - cur_s
+                cur_s, cur_e = s, t
+            else:
+                cur_e = max(cur_e, t)
+        if cur_e is not None:
+            busy += cur_e - cur_s
+        return busy
+
+
+def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logdir=None,
+            categories: dict | None = None) -> Trace:
+    """Run ``fn(*args)`` ``warmup`` times untraced (so compilation is not in the trace),
+    then ``steps`` times under ``jax.profiler.trace`` with ``create_perfetto_trace=True``,
+    each inside ``TraceAnnotation(name)`` and waited for with ``block_until_ready``.
+
+    The trace goes to a temporary folder that is deleted afterwards, unless ``logdir`` is
+    given (then the files stay there, to open in XProf/TensorBoard or Perfetto).
+    ``categories`` is passed on to the :class:`Trace` (``hlo.op_categories(compiled)``).
+    """
+    import jax
+
+    if not callable(fn):
+        raise TypeError(f"fn must be a function (e.g. a jax.jit-ed step); got {type(fn).__name__}")
+    steps = check_positive_int("steps", steps)
+    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
+        raise ValueError(f"warmup must be a whole number >= 0; got {warmup!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string; got {name!r}")
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    tmp = logdir is None
+    folder = tempfile.mkdtemp(prefix="scalebook-trace-") if tmp else os.fspath(logdir)
+    try:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(steps):
+                with jax.profiler.TraceAnnotation(name):
+                    jax.block_until_ready(fn(*args))
+        trace = load_trace(find_trace_file(folder))
+    finally:
+        if tmp:
+            shutil.rmtree(folder, ignore_errors=True)
+    if tmp:
+        trace.path = None
+    trace.categories = categories
+    return trace
+
+
+# ------------------------------------------------------------------------------------------
+# Timeline figure
+# ------------------------------------------------------------------------------------------
+
+def plot_timeline(trace: Trace, ax=None, module: str | None = None, window=None,
+                  devices=None, min_duration: float = 0.0, title: str | None = None):
+    """One lane per device, one bar per op, coloured by kind (:data:`KIND_COLORS`).
+
+    ``window`` = (start, end) in seconds limits the time range (e.g. one annotated step);
+    ops shorter than ``min_duration`` seconds are left out. Returns the axes.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a scalebook.profiling.Trace; got {type(trace).__name__}")
+    events = trace.select(module=module)
+    if window is not None:
+        if not (isinstance(window, (tuple, list)) and len(window) == 2 and window[0] < window[1]):
+            raise ValueError(f"window must be (start, end) seconds with start < end; got {window!r}")
+        events = [e for e in events if e.end > window[0] and e.start < window[1]]
+    devs = trace.devices if devices is None else list(devices)
+    if not devs:
+        raise ValueError("the trace has no device ordinals to draw lanes for")
+    events = [e for e in events if e.device in devs and e.duration >= min_duration]
+    if not events:
+        raise ValueError("no ops to draw in this window / for these devices")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.35 * len(devs) + 1.2))
+    t0 = window[0] if window is not None else min(e.start for e in events)
+    lane = {d: i for i, d in enumerate(devs)}
+    by_kind = defaultdict(list)
+    for e in events:
+        by_kind[trace.kind(e.name)].append(((e.start - t0) * 1e3, e.duration * 1e3, lane[e.device]))
+    for kind in KINDS_ORDER:
+        for s, w, y in by_kind.get(kind, []):
+            ax.broken_barh([(s, w)], (y - 0.4, 0.8), facecolors=KIND_COLORS[kind],
+                           edgecolors="white", linewidth=0.2)
+    ax.set_yticks(range(len(devs)))
+    ax.set_yticklabels([f"device {d}" for d in devs])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in KINDS_ORDER if k in by_kind],
+              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=6, frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+# ------------------------------------------------------------------------------------------
+# Measured op times against the roofline
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpComparison:
+    """One op: its mean measured time per execution (seconds), the FLOPs and bytes the
+    compiled program gives it, and its roofline time max(FLOPs / C, bytes / W)."""
+
+    name: str
+    kind: str
+    count: int
+    measured: float
+    flops: float
+    bytes: float
+    predicted: Bounds
+
+    @property
+    def ratio(self) -> float:
+        """measured / roofline (the lower bound): 1 means the op ran at the roofline."""
+        return self.measured / self.predicted.lower if self.predicted.lower > 0 else math.inf
+
+    def __str__(self) -> str:
+        from .units import fmt_time
+        return (f"{self.name:<24} {self.kind:<12} {self.flops:9.3g} FLOPs {self.bytes:9.3g} B  "
+                f"roofline {fmt_time(self.predicted.lower):>9} ({self.predicted.bottleneck[:3]})"
+                f"  measured {fmt_time(self.measured):>9}  x{self.ratio:.3g}")
+
+
+def compare_with_roofline(trace: Trace, compiled, peak_flops: float, bandwidth: float,
+                          n: int = 8, module: str | None = None) -> list:
+    """The ``n`` ops of ``compiled`` with the largest total time in ``trace``, each with its
+    mean measured duration and its roofline time on a device of ``peak_flops`` FLOP/s and
+    ``bandwidth`` bytes/s (:func:`scalebook.hlo.ops` gives FLOPs and bytes per op).
+
+    Collectives are left out: their roofline needs a link bandwidth, and on a simulated
+    mesh their durations are waits for the slowest device (chapter 9 explains).
+    """
+    from . import hlo
+
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a scalebook.profiling.Trace; got {type(trace).__name__}")
+    C = check_positive("peak_flops (FLOP/s)", peak_flops)
+    W = check_positive("bandwidth (bytes/s)", bandwidth)
+    n = check_positive_int("n", n)
+    table = {o.name: o for o in hlo.ops(compiled)}
+    rows = []
+    for r in trace.summary("op", module=module):
+        o = table.get(r.key)
+        if o is None or o.category == "collective" or (o.flops == 0 and o.bytes == 0):
+            continue
+        bounds = Bounds(compute=o.flops / C, memory=o.bytes / W)
+        rows.append(OpComparison(r.key, op_kind(r.key, {k: v.category for k, v in table.items()}),
+                                 r.count, r.mean, o.flops, o.bytes, bounds))
+        if len(rows) == n:
+            break
+    if not rows:
+        raise ValueError("none of the trace's ops is in the compiled program: pass the "
+                         "Compiled of the function that was traced (and module= if the "
+                         "trace holds several programs)")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Predicted profile of one transformer layer on a real chip
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PredictedOp:
+    """One op of a predicted per-chip profile: FLOPs, HBM bytes and bytes sent per chip,
+    its time (seconds: the roofline max(compute, memory) for on-chip work, the collective's
+    time for communication) and what bounds it ("compute", "memory", "communication")."""
+
+    name: str
+    phase: str        # "forward" or "backward"
+    kind: str         # matmul, attention, elementwise or collective
+    flops: float
+    hbm_bytes: float
+    comm_bytes: float
+    time: float
+    bound: str
+
+
+def predict_layer_profile(model, chip, tokens: int, seq_len: int, tp: int = 8,
+                          bytes_per_element: float = 2, topology: str | None = None) -> list:
+    """Op by op, one transformer layer's training step (forward then backward) on one chip
+    of a ``tp``-way tensor-parallel group, for a microbatch of ``tokens`` tokens in
+    sequences of ``seq_len`` (the book's cost model, chapters 1, 3 and 4).
+
+    Megatron-style tensor parallelism: q/k/v, gate and up are split by columns, o and down
+    by rows, so each chip holds 1/tp of every weight and of the heads, and the forward pass
+    ends each of attention and MLP with an all-reduce of the [tokens, d] activations
+    (the backward pass has two more, for the input gradients). Per op:
+
+    * weight matmul [T, k] @ [k, n/tp]: 2 T k n / tp FLOPs; bytes s (T k + k n / tp + T n / tp)
+      (or the row-split transpose); backward 2x the FLOPs and bytes (input and weight
+      gradients);
+    * attention (a fused kernel, full S x S scores): 4 T S H h / tp FLOPs, bytes of q, k, v
+      and the output; backward 2x;
+    * elementwise (norms, rotary embeddings, SiLU x up, residual adds): memory-bound,
+      bytes = s x (read + write) of the arrays they touch; backward 2x;
+    * all-reduce of s T d bytes over ``tp`` chips: :func:`scalebook.collectives.collective_time`
+      with the chip's links (``topology``: "torus" for TPUs, "ring" over all NVLink links of
+      the GPU, i.e. ``bandwidth = ici_bandwidth``, by default).
+
+    Time of on-chip work = max(FLOPs / C, bytes / W_hbm) (perfect overlap inside an op).
+    """
+    m = get_model(model)
+    c = get_chip(chip)
+    T = check_positive_int("tokens", tokens)
+    S = check_positive_int("seq_len", seq_len)
+    if T % S:
+        raise ValueError(f"tokens ({T}) must be a whole number of sequences of seq_len ({S})")
+    tp = check_positive_int("tp (tensor-parallel chips)", tp)
+    s = check_positive("bytes_per_element", bytes_per_element)
+    d, F, H, K, h = m.d_model, m.d_ff, m.n_heads, m.n_kv_heads, m.head_dim
+    for name, width in (("n_heads", H), ("n_kv_heads", K), ("d_ff", F)):
+        if width % tp:
+            raise ValueError(f"tp={tp} must divide the model's {name} ({width})")
+    is_gpu = c.vendor.lower() == "nvidia"
+    topo = topology or ("ring" if is_gpu else "torus")
+    if topo not in ("ring", "torus"):
+        raise ValueError(f"topology must be 'ring' or 'torus'; got {topology!r}")
+
+    def on_chip(name, phase, kind, flops, nbytes):
+        b = Bounds(compute=flops / c.bf16_flops, memory=nbytes / c.hbm_bandwidth)
+        return PredictedOp(name, phase, kind, flops, nbytes, 0.0, b.lower, b.bottleneck)
+
+    def all_reduce(name, phase):
+        nbytes = s * T * d
+        if tp == 1:
+            return None
+        if is_gpu and topo == "ring":
+            t = collective_time("all-reduce", nbytes, tp, bandwidth=c.ici_bandwidth,
+                                topology="ring")
+        else:
+            t = collective_time("all-reduce", nbytes, tp, c, topology=topo)
+        from .collectives import ring_bytes
+        return PredictedOp(name, phase, "collective", 0.0, 0.0,
+                           ring_bytes("all-reduce", nbytes, tp), t, "communication")
+
+    def weight(name, k, n, phase="forward", mult=1):
+        flops = 2 * T * k * n / tp
+        nbytes = s * (T * k + k * n / tp + T * n / tp)
+        return on_chip(name, phase, "matmul", mult * flops, mult * nbytes)
+
+    qkv = H * h + 2 * K * h
+    fwd = [
+        on_chip("attention norm", "forward", "elementwise", 4 * T * d, s * 2 * T * d),
+        weight("q, k, v projections", d, qkv),
+        on_chip("rotary embedding", "forward", "elementwise", 6 * T * (H + K) * h / tp,
+                s * 2 * T * (H + K) * h / tp),
+        on_chip("attention (fused)", "forward", "attention", 4 * T * S * H * h / tp,
+                s * T * (2 * H * h + 2 * K * h) / tp),
+        weight("o projection", H * h, d),
+        all_reduce("all-reduce (attention out)", "forward"),
+        on_chip("residual + MLP norm", "forward", "elementwise", 5 * T * d, s * 3 * T * d),
+        weight("MLP gate + up", d, 2 * F),
+        on_chip("SiLU x up", "forward", "elementwise", 5 * T * F / tp, s * 3 * T * F / tp),
+        weight("MLP down", F, d),
+        all_reduce("all-reduce (MLP out)", "forward"),
+        on_chip("residual add", "forward", "elementwise", T * d, s * 3 * T * d),
+    ]
+    bwd = []
+    for op in reversed(fwd):
+        if op is None or op.kind == "collective":
+            continue           # the forward all-reduces' gradients pass through unchanged
+        bwd.append(on_chip(op.name, "backward", op.kind, 2 * op.flops, 2 * op.hbm_bytes))
+        if op.name in ("MLP gate + up", "q, k, v projections"):
+            # the input gradient of a column-split matmul is a partial sum over the chips
+            part = "MLP" if op.name.startswith("MLP") else "attention"
+            bwd.append(all_reduce(f"all-reduce (grad of {part} input)", "backward"))
+    return [op for op in fwd + bwd if op is not None]
+
+
+def predicted_breakdown(ops) -> dict:
+    """{kind: seconds} of a predicted profile, plus "total" (no overlap of communication
+    with compute: the all-reduces of tensor parallelism wait for the op before them)."""
+    out = {k: 0.0 for k in ("matmul", "attention", "elementwise", "collective")}
+    for op in ops:
+        if not isinstance(op, PredictedOp):
+            raise TypeError("ops must be the list that predict_layer_profile returns")
+        out[op.kind] += op.time
+    out["total"] = sum(out.values())
+    return out
+
+
+def plot_predicted(ops, ax=None, label: str = "", y: float = 0.0):
+    """Draw a predicted profile as a profiler would show it: ops one after another on a
+    compute lane (y) and the collectives on a communication lane below it (y + 1).
+    Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 1.6))
+    t = 0.0
+    for op in ops:
+        if not isinstance(op, PredictedOp):
+            raise TypeError("ops must be the list that predict_layer_profile returns")
+        lane = y + 1 if op.kind == "collective" else y
+        ax.broken_barh([(t * 1e3, op.time * 1e3)], (lane - 0.4, 0.8),
+                       facecolors=KIND_COLORS[op.kind], edgecolors="white", linewidth=0.4)
+        t += op.time
+    ax.set_xlabel("time (ms)")
+    return ax

@@ -1,0 +1,309 @@
+"""scalebook.profiling (trace capture and parsing, roofline comparison, predicted profiles)
+and the instruction readers added to scalebook.hlo for chapter 9.
+
+Traces are produced here, on the 8 simulated devices; conclusions are checked with ratios,
+never with absolute times."""
+
+import gzip
+import json
+import math
+
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from scalebook import hlo, profiling  # noqa: E402
+from scalebook.collectives import ring_bytes  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+from scalebook.models import get_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sharded_matmul():
+    """A contraction-sharded matmul (an all-reduce) followed by tanh, on 8 devices."""
+    mesh = scalebook.make_mesh((8,), ("x",))
+    a = jax.device_put(jnp.ones((256, 512)), NamedSharding(mesh, P(None, "x")))
+    b = jax.device_put(jnp.ones((512, 128)), NamedSharding(mesh, P("x", None)))
+    f = jax.jit(lambda a, b: jnp.tanh(a @ b))
+    compiled = f.lower(a, b).compile()
+    return f, (a, b), compiled
+
+
+@pytest.fixture(scope="module")
+def trace(sharded_matmul):
+    f, args, compiled = sharded_matmul
+    return profiling.capture(f, *args, steps=3, categories=hlo.op_categories(compiled))
+
+
+# ------------------------------------------------------------------------------------------
+# hlo.ops and friends
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M,K,N", [(64, 32, 16), (256, 128, 512)])
+def test_ops_flops_and_bytes_match_cost_analysis(M, K, N):
+    c = jax.jit(lambda a, b: a @ b).lower(jax.ShapeDtypeStruct((M, K), jnp.float32),
+                                           jax.ShapeDtypeStruct((K, N), jnp.float32)).compile()
+    ops = hlo.ops(c)
+    mm = [o for o in ops if o.category == "matmul"]
+    assert len(mm) == 1 and mm[0].flops == 2 * M * K * N
+    assert mm[0].bytes == 4 * (M * K + K * N + M * N)
+    cost = hlo.cost(c)
+    assert sum(o.flops for o in ops) == cost["flops"]
+    assert sum(o.bytes for o in ops) == cost["bytes accessed"]
+
+
+def test_elementwise_chain_fuses_into_one_loop_fusion():
+    def chain(x):
+        for _ in range(5):
+            x = jnp.sin(x) * 2 + 1
+        return x
+
+    c = jax.jit(chain).lower(jax.ShapeDtypeStruct((1000,), jnp.float32)).compile()
+    assert hlo.count_fusions(c) == 1
+    (fusion,) = hlo.fusions(c)
+    assert fusion.fusion_kind == "kLoop" and fusion.category == "elementwise"
+    # one read and one write of the array: the fusion keeps the chain's temporaries on chip
+    assert fusion.bytes == 2 * 4 * 1000 == hlo.cost(c)["bytes accessed"]
+
+
+def test_ops_see_loop_bodies_with_trip_counts():
+    def scanned(w, x):
+        return jax.lax.scan(lambda c, wi: (c @ wi, None), x, w)[0]
+
+    c = jax.jit(scanned).lower(jax.ShapeDtypeStruct((4, 64, 64), jnp.float32),
+                               jax.ShapeDtypeStruct((16, 64), jnp.float32)).compile()
+    mm = [o for o in hlo.ops(c) if o.category == "matmul"]
+    assert len(mm) == 1 and mm[0].count == 4 and mm[0].flops == 2 * 16 * 64 * 64
+
+
+def test_ops_categories_of_a_sharded_program(sharded_matmul):
+    _, _, compiled = sharded_matmul
+    cats = hlo.op_categories(compiled)
+    assert "collective" in cats.values() and "matmul" in cats.values()
+    ar = [o for o in hlo.ops(compiled) if o.category == "collective"]
+    assert len(ar) == 1 and ar[0].opcode == "all-reduce"
+    # per device: [256, 512/8] @ [512/8, 128]
+    (mm,) = [o for o in hlo.ops(compiled) if o.category == "matmul"]
+    assert mm.flops == 2 * 256 * 64 * 128
+
+
+def test_ops_bad_input():
+    with pytest.raises(TypeError, match="Lowered"):
+        hlo.ops(jax.jit(jnp.sin).lower(1.0))
+    with pytest.raises(ValueError, match="does not look like HLO"):
+        hlo.ops("hello world")
+    with pytest.raises(ValueError, match="ENTRY"):
+        hlo.ops("%x = f32[4] add(%a, %b)")
+
+
+# ------------------------------------------------------------------------------------------
+# Capturing and parsing traces
+# ------------------------------------------------------------------------------------------
+
+def test_trace_has_every_device_and_the_programs_ops(trace, sharded_matmul):
+    _, _, compiled = sharded_matmul
+    assert trace.devices == list(range(8))
+    names = {o.name for o in hlo.ops(compiled)}
+    traced = {e.name for e in trace.events}
+    assert traced <= names                       # every traced op is an instruction
+    assert any(trace.kind(n) == "collective" for n in traced)
+    # each op runs once per step on every device
+    for row in trace.summary("op"):
+        assert row.count == 3 * 8, row
+    assert len(trace.steps("step")) == 3
+
+
+def test_summary_shares_and_kinds(trace):
+    by_kind = trace.summary("kind")
+    assert math.isclose(sum(r.share for r in by_kind), 1.0)
+    assert {r.key for r in by_kind} <= set(profiling.KINDS_ORDER)
+    assert sum(r.total for r in by_kind) == pytest.approx(sum(e.duration for e in trace.events))
+    by_dev = trace.summary("device")
+    assert len(by_dev) == 8
+    assert trace.top(2)[0].total >= trace.top(2)[1].total
+    assert "n=" in trace.table(3)
+    with pytest.raises(ValueError, match="by must be one of"):
+        trace.summary("colour")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        trace.select(kind="fusions")
+    with pytest.raises(ValueError, match="no annotation"):
+        trace.steps("train")
+
+
+def test_events_lie_inside_their_steps(trace):
+    steps = trace.steps("step")
+    first, last = steps[0].start, steps[-1].end
+    for e in trace.events:
+        assert first - 1e-3 <= e.start <= e.end <= last + 1e-3
+    assert 0 < trace.busy_time(0) <= last - first + 1e-3
+
+
+def test_find_and_load_files(tmp_path, sharded_matmul):
+    f, args, _ = sharded_matmul
+    t = profiling.capture(f, *args, steps=1, logdir=tmp_path)
+    path = profiling.find_trace_file(tmp_path)
+    assert path.endswith("perfetto_trace.json.gz")
+    again = profiling.load_trace(path)
+    assert len(again.events) == len(t.events)
+    assert profiling.load_trace(tmp_path).events == again.events      # a folder works too
+
+
+def test_synthetic_trace_table():
+    events = [{"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "w0"}}]
+    for i in range(4):
+        events.append({"ph": "X", "pid": 1, "tid": 7, "ts": 100 + 10 * i, "dur": 4,
+                       "name": "dot.1", "args": {"hlo_op": "dot.1", "hlo_module": "jit_f",
+                                                 "device_ordinal": "0"}})
+        events.append({"ph": "X", "pid": 1, "tid": 7, "ts": 105 + 10 * i, "dur": 1,
+                       "name": "all-reduce", "args": {"hlo_op": "all-reduce",
+                                                      "hlo_module": "jit_f",
+                                                      "device_ordinal": "1"}})
+    t = profiling.load_trace({"traceEvents": events})
+    dot, ar = t.summary("op")
+    assert (dot.key, dot.count, ar.key) == ("dot.1", 4, "all-reduce")
+    assert dot.total == pytest.approx(16e-6) and dot.share == pytest.approx(0.8)
+    assert t.events[0].start == 0.0 and t.events[0].thread == "w0"
+    assert [r.key for r in t.summary("kind")] == ["matmul", "collective"]
+    assert t.busy_time(0) == pytest.approx(16e-6)
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"", "not a \\(gzipped\\) JSON trace"),
+    (b"{not json", "not a \\(gzipped\\) JSON trace"),
+    (gzip.compress(b"[1, 2"), "not a \\(gzipped\\) JSON trace"),
+    (json.dumps({"events": []}).encode(), "no 'traceEvents'"),
+    (json.dumps({"traceEvents": []}).encode(), "no executed HLO ops"),
+    (json.dumps({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "name": "python"}]}).encode(),
+     "no executed HLO ops"),
+    (json.dumps({"traceEvents": [{"ph": "X", "dur": 2, "args": {"hlo_op": "a"}}]}).encode(),
+     "no numeric 'ts'"),
+])
+def test_malformed_or_empty_trace_gives_a_clear_error(tmp_path, content, match):
+    p = tmp_path / "t.json"
+    p.write_bytes(content)
+    with pytest.raises(profiling.TraceError, match=match):
+        profiling.load_trace(p)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(profiling.TraceError, match="does not exist"):
+        profiling.load_trace(tmp_path / "missing.json")
+    with pytest.raises(profiling.TraceError, match="no JSON trace"):
+        profiling.find_trace_file(tmp_path)
+    with pytest.raises(profiling.TraceError, match="not a folder"):
+        profiling.find_trace_file(tmp_path / "nope")
+    with pytest.raises(TypeError, match="trace must be a path"):
+        profiling.load_trace(42)
+    with pytest.raises(TypeError, match="fn must be a function"):
+        profiling.capture("f")
+    with pytest.raises(ValueError, match="steps"):
+        profiling.capture(jnp.sin, 1.0, steps=0)
+    with pytest.raises(ValueError, match="warmup"):
+        profiling.capture(jnp.sin, 1.0, warmup=-1)
+    with pytest.raises(TypeError, match="HLO op name"):
+        profiling.op_kind(3)
+
+
+def test_op_kind_from_names():
+    assert profiling.op_kind("all-reduce.22") == "collective"
+    assert profiling.op_kind("all-gather-start") == "collective"
+    assert profiling.op_kind("ynn_fusion.31") == "matmul"
+    assert profiling.op_kind("dot.4") == "matmul"
+    assert profiling.op_kind("multiply_add_fusion") == "elementwise"
+    assert profiling.op_kind("wrapped_tanh") == "elementwise"
+    assert profiling.op_kind("copy.3") == "data movement"
+    assert profiling.op_kind("custom-call") == "other"
+    assert profiling.op_kind("fusion.3", {"fusion.3": "matmul"}) == "matmul"
+
+
+def test_timeline_draws_one_lane_per_device(trace):
+    ax = profiling.plot_timeline(trace)
+    assert len(ax.get_yticks()) == 8
+    step = trace.steps("step")[1]
+    ax = profiling.plot_timeline(trace, window=(step.start, step.end), devices=[0, 1])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1"]
+    with pytest.raises(ValueError, match="window"):
+        profiling.plot_timeline(trace, window=(2, 1))
+    with pytest.raises(TypeError, match="Trace"):
+        profiling.plot_timeline([])
+
+
+def test_compare_with_roofline(trace, sharded_matmul):
+    _, _, compiled = sharded_matmul
+    rows = profiling.compare_with_roofline(trace, compiled, peak_flops=1e11, bandwidth=1e10)
+    assert rows and all(r.kind != "collective" for r in rows)
+    mm = [r for r in rows if r.kind == "matmul"][0]
+    assert mm.flops == 2 * 256 * 64 * 128
+    assert mm.predicted.compute == pytest.approx(mm.flops / 1e11)
+    assert mm.ratio == pytest.approx(mm.measured / mm.predicted.lower)
+    with pytest.raises(ValueError, match="peak_flops"):
+        profiling.compare_with_roofline(trace, compiled, peak_flops=0, bandwidth=1e10)
+    other = jax.jit(lambda x: x * 3).lower(jnp.ones(3)).compile()
+    with pytest.raises(ValueError, match="none of the trace's ops"):
+        profiling.compare_with_roofline(trace, other, 1e11, 1e10)
+
+
+# ------------------------------------------------------------------------------------------
+# Predicted profiles
+# ------------------------------------------------------------------------------------------
+
+def test_predicted_layer_matches_the_training_flops_formula():
+    m = get_model("llama3-70b")
+    T, S, tp = 8192, 8192, 8
+    ops = profiling.predict_layer_profile(m, "tpu-v5p", tokens=T, seq_len=S, tp=tp)
+    matmul = sum(o.flops for o in ops if o.kind in ("matmul", "attention"))
+    # 6 x (weights of one layer) per token + 3 x forward attention of one layer, over tp chips
+    per_layer = (m.training_flops_per_token(S) - 6 * m.param_breakdown().output_head) / m.n_layers
+    assert matmul == pytest.approx(per_layer * T / tp, rel=1e-9)
+
+
+def test_predicted_collectives_and_bounds():
+    m = get_model("llama3-70b")
+    T = 8192
+    for chip, bw in (("tpu-v5p", 2 * get_chip("tpu-v5p").ici_link_bandwidth),
+                     ("gpu-h100", get_chip("gpu-h100").ici_bandwidth)):
+        ops = profiling.predict_layer_profile(m, chip, tokens=T, seq_len=T, tp=8)
+        ar = [o for o in ops if o.kind == "collective"]
+        assert len(ar) == 4
+        want = ring_bytes("all-reduce", 2 * T * m.d_model, 8)
+        assert all(o.comm_bytes == want and o.time == pytest.approx(want / bw) for o in ar)
+        assert all(o.bound == "compute" for o in ops if o.kind == "matmul")
+        assert all(o.bound == "memory" for o in ops if o.kind == "elementwise")
+        b = profiling.predicted_breakdown(ops)
+        assert b["total"] == pytest.approx(sum(o.time for o in ops))
+        assert b["matmul"] > b["elementwise"]
+    # a faster link shrinks only the collectives
+    fast = get_chip("tpu-v5p").with_(ici_link_bandwidth=4e11)
+    slow_b = profiling.predicted_breakdown(
+        profiling.predict_layer_profile(m, "tpu-v5p", tokens=T, seq_len=T))
+    fast_b = profiling.predicted_breakdown(
+        profiling.predict_layer_profile(m, fast, tokens=T, seq_len=T))
+    assert fast_b["collective"] == pytest.approx(slow_b["collective"] / 4)
+    assert fast_b["matmul"] == slow_b["matmul"]
+    assert profiling.predict_layer_profile(m, "tpu-v5p", tokens=T, seq_len=T, tp=1)[5].kind \
+        != "collective"
+
+
+def test_predicted_bad_input():
+    with pytest.raises(ValueError, match="tp=3 must divide"):
+        profiling.predict_layer_profile("llama3-70b", "tpu-v5p", 8192, 8192, tp=3)
+    with pytest.raises(ValueError, match="whole number of sequences"):
+        profiling.predict_layer_profile("llama3-70b", "tpu-v5p", 1000, 8192)
+    with pytest.raises(ValueError, match="tokens"):
+        profiling.predict_layer_profile("llama3-70b", "tpu-v5p", 0, 8192)
+    with pytest.raises(ValueError, match="topology"):
+        profiling.predict_layer_profile("llama3-70b", "tpu-v5p", 8192, 8192, topology="mesh")
+    with pytest.raises(TypeError):
+        profiling.predicted_breakdown([1, 2])
+    ax = profiling.plot_predicted(profiling.predict_layer_profile("llama3-8b", "gpu-h100",
+                                                                  4096, 4096))
+    assert ax.get_xlabel() == "time (ms)"
