@@ -1,0 +1,86 @@
+"""Every chip figure pinned as a literal, written the way its source states it.
+
+If a figure in scalebook.hardware changes (a typo, two chips' values swapped, a unit slip),
+this test fails and names it: change it here too only when the cited source says so. Units:
+FLOP/s, bytes, bytes/s (one direction, per link for ICI/NVLink), dollars per chip-hour.
+"""
+
+import dataclasses
+
+import pytest
+
+from scalebook import hardware
+
+GiB = 2**30
+T, G = 1e12, 1e9
+
+PINNED = {
+    "tpu-v4": dict(bf16_flops=275 * T, int8_flops=275 * T, fp8_flops=None, hbm_bytes=32 * GiB,
+                   hbm_bandwidth=1200 * G, ici_link_bandwidth=45 * G, ici_links=6,
+                   dcn_bandwidth=None, pcie_bandwidth=15 * G, price_per_hour=None, tensorcores=2,
+                   mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
+                   ici_domain_chips=4096),
+    "tpu-v5e": dict(bf16_flops=197 * T, int8_flops=394 * T, fp8_flops=None, hbm_bytes=16 * G,
+                    hbm_bandwidth=819 * G, ici_link_bandwidth=50 * G, ici_links=4,
+                    dcn_bandwidth=3.125 * G, pcie_bandwidth=15 * G, price_per_hour=1.2,
+                    tensorcores=1, mxus_per_core=4, mxu_size=128, vmem_bytes=128 * 2**20,
+                    chips_per_host=8, ici_domain_chips=256),
+    "tpu-v5p": dict(bf16_flops=459 * T, int8_flops=918 * T, fp8_flops=None, hbm_bytes=95 * GiB,
+                    hbm_bandwidth=2765 * G, ici_link_bandwidth=100 * G, ici_links=6,
+                    dcn_bandwidth=6.25 * G, pcie_bandwidth=15 * G, price_per_hour=4.2,
+                    tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None,
+                    chips_per_host=4, ici_domain_chips=8960),
+    "tpu-v6e": dict(bf16_flops=918 * T, int8_flops=1836 * T, fp8_flops=None, hbm_bytes=32 * G,
+                    hbm_bandwidth=1638 * G, ici_link_bandwidth=100 * G, ici_links=4,
+                    dcn_bandwidth=None, pcie_bandwidth=32 * G, price_per_hour=None,
+                    tensorcores=1, mxus_per_core=2, mxu_size=256, vmem_bytes=None,
+                    chips_per_host=8, ici_domain_chips=256),
+    "gpu-a100": dict(bf16_flops=312 * T, int8_flops=624 * T, fp8_flops=None, hbm_bytes=80 * G,
+                     hbm_bandwidth=2039 * G, ici_link_bandwidth=25 * G, ici_links=12,
+                     dcn_bandwidth=25 * G, pcie_bandwidth=32 * G, price_per_hour=None,
+                     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
+                     chips_per_host=8, ici_domain_chips=8),
+    "gpu-h100": dict(bf16_flops=989 * T, int8_flops=None, fp8_flops=1979 * T, hbm_bytes=80 * G,
+                     hbm_bandwidth=3350 * G, ici_link_bandwidth=25 * G, ici_links=18,
+                     dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=10.8,
+                     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
+                     chips_per_host=8, ici_domain_chips=8),
+    "gpu-h200": dict(bf16_flops=989 * T, int8_flops=None, fp8_flops=1979 * T, hbm_bytes=141 * G,
+                     hbm_bandwidth=4800 * G, ici_link_bandwidth=25 * G, ici_links=18,
+                     dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=None,
+                     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
+                     chips_per_host=8, ici_domain_chips=8),
+    "gpu-b200": dict(bf16_flops=2250 * T, int8_flops=None, fp8_flops=4500 * T, hbm_bytes=180 * G,
+                     hbm_bandwidth=8000 * G, ici_link_bandwidth=50 * G, ici_links=18,
+                     dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=None,
+                     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
+                     chips_per_host=8, ici_domain_chips=8),
+}
+
+NUMERIC = [f.name for f in dataclasses.fields(hardware.Chip)
+           if f.name not in ("name", "vendor", "display_name", "topology", "notes", "sources",
+                             "hbm_unit")]
+
+
+def test_the_pinned_table_covers_every_chip_and_figure():
+    assert set(PINNED) == set(hardware.chip_names())
+    for name, figures in PINNED.items():
+        assert set(figures) == set(NUMERIC), name
+
+
+@pytest.mark.parametrize("name,figure", [(n, f) for n in PINNED for f in NUMERIC])
+def test_figure_equals_its_pinned_value(name, figure):
+    got, want = getattr(hardware.get_chip(name), figure), PINNED[name][figure]
+    if want is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(want, rel=1e-12), f"{name}.{figure}: {got} vs pinned {want}"
+
+
+@pytest.mark.parametrize("name,figure", [(n, f) for n in PINNED for f in NUMERIC
+                                         if PINNED[n][f] is not None])
+def test_every_published_figure_has_a_source(name, figure):
+    chip = hardware.get_chip(name)
+    if figure in ("ici_links", "tensorcores", "mxus_per_core", "chips_per_host"):
+        return   # counts stated in the same source as the figure next to them
+    assert chip.source(figure)
