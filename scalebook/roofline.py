@@ -146,19 +146,27 @@ def critical_batch(D: int, F: int, chip, bytes_per_element: float = 2,
     sw = s if weight_bytes_per_element is None else check_positive(
         "weight_bytes_per_element", weight_bytes_per_element)
     I = chip.critical_intensity_for(dtype)
-    denom = 2 * D * F - I * s * (D + F)
+    # FLOPs and bytes grow linearly in B: flops = a B, bytes = b B + c. The intensity rises
+    # towards a / b; the FLOP count comes from matmul_flops, so the two can never disagree.
+    a = matmul_flops(1, D, F)
+    b, c = s * (D + F), sw * D * F
+    denom = a - I * b
     if denom <= 0:
-        limit = 2 * D * F / (s * (D + F))
         raise ValueError(f"X[B, {D}] @ Y[{D}, {F}] never becomes compute-bound on {chip.name}: "
-                         f"its intensity approaches {limit:.4g} FLOPs/byte as B grows, below the "
+                         f"its intensity approaches {a / b:.4g} FLOPs/byte as B grows, below the "
                          f"critical intensity {I:.4g}")
-    B = max(1, math.ceil(I * sw * D * F / denom))
-    # Guard against rounding in the division: step to the exact smallest integer.
-    while B > 1 and matmul_intensity(B - 1, D, F, s, sw) >= I:
-        B -= 1
-    while matmul_intensity(B, D, F, s, sw) < I:
-        B += 1
-    return B
+    B = max(1, math.ceil(I * c / denom))
+    # Guard against rounding in the division: step to the exact smallest integer. The closed
+    # form is off by at most one or two, so a long walk means the formulas disagree: stop.
+    for _ in range(64):
+        if B > 1 and matmul_intensity(B - 1, D, F, s, sw) >= I:
+            B -= 1
+        elif matmul_intensity(B, D, F, s, sw) < I:
+            B += 1
+        else:
+            return B
+    raise RuntimeError(f"critical_batch: the closed form {B} and matmul_intensity disagree "
+                       f"(a bug in scalebook.roofline)")
 
 
 def tiled_matmul_bytes(B: int, D: int, F: int, tile_b: int, tile_f: int,
