@@ -3,21 +3,32 @@
 
     python3 tasks.py build    # build the website into _build/html (warnings are errors)
     python3 tasks.py test     # run the whole test suite
+    python3 tasks.py bench    # time every notebook against a kernel-plus-set-up floor, and the suite
 
 Each command creates (or reuses) the virtual environment .venv with Python 3.12 and the
 locked, hash-checked versions in requirements.lock, plus this repository's package
 ``scalebook`` (editable). Set SCALEBOOK_PYTHON to choose the Python 3.12 interpreter.
-Extra arguments after ``test`` go to pytest, e.g. ``python3 tasks.py test -k roofline``.
+Extra arguments after ``test`` go to pytest, e.g. ``python3 tasks.py test -k roofline``;
+``-m "not slow"`` leaves out the site build and the Colab path. The tests run on all cores
+(pytest-xdist, a test file or notebook at a time per worker); ``-n0`` (or ``-p no:xdist``)
+runs them in one process.
+``bench`` options: ``--rounds N`` (3), ``--only PATTERN`` (notebooks whose path matches),
+``--no-suite`` (skip timing the test suite).
 """
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import glob
 import hashlib
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -77,14 +88,15 @@ def ensure_venv() -> Path:
         base = find_python()
         _say(f"creating {VENV.name} with {base}")
         subprocess.run([base, "-m", "venv", str(VENV)], check=True)
-    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+    fingerprint = _fingerprint()  # of the files installed from, even if they change meanwhile
+    if STAMP.exists() and STAMP.read_text() == fingerprint:
         return py
     _say("installing the locked requirements (hash-checked)")
     pip = [str(py), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
     subprocess.run(pip + ["--require-hashes", "--no-deps", "-r", str(ROOT / "requirements.lock")],
                    check=True, cwd=ROOT)
     subprocess.run(pip + ["--no-deps", "--no-build-isolation", "-e", str(ROOT)], check=True, cwd=ROOT)
-    STAMP.write_text(_fingerprint())
+    STAMP.write_text(fingerprint)
     return py
 
 
@@ -110,14 +122,203 @@ def build(args: list[str]) -> int:
     return rc
 
 
+def pytest_args(args: list[str]) -> list[str]:
+    """The pytest arguments for ``test``: pyproject's addopts turn pytest-xdist on (-n auto), so
+    ``-p no:xdist`` would leave their -n unrecognised; it becomes -n0, which runs the tests in
+    one process as asked. --pdb and --trace need one process too."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-pno:xdist", "-p") and (a == "-pno:xdist" or args[i + 1:i + 2] == ["no:xdist"]):
+            out.append("-n0")
+            i += 1 if a == "-pno:xdist" else 2
+            continue
+        out.append(a)
+        i += 1
+    gives_n = any(a == "--numprocesses" or a.startswith("--numprocesses=")
+                  or (a.startswith("-n") and not a.startswith("--")) for a in out)
+    if not gives_n and any(a in ("--pdb", "--trace") for a in out):
+        out.append("-n0")
+    return out
+
+
 def test(args: list[str]) -> int:
     py = ensure_venv()
     _say("running the test suite")
-    return subprocess.run([str(py), "-m", "pytest"] + args, cwd=ROOT, env=_env()).returncode
+    return subprocess.run([str(py), "-m", "pytest"] + pytest_args(args), cwd=ROOT,
+                          env=_env()).returncode
+
+
+# ----------------------------------------------------------------------------------------
+# bench: how long each notebook takes in a fresh kernel, next to the floor every notebook
+# pays (kernel start + the set-up cell), and how long each part of the test suite takes.
+
+NOTEBOOK_DIRS = ("notebooks", "solutions", "book")
+SUITE_PARTS = (  # (name, pytest arguments); each part runs as one pytest process
+    ("unit", ["tests", "-m", "not slow"]),
+    ("nbval", ["notebooks", "solutions", "book"]),
+    ("site", ["tests/test_site.py"]),
+    ("colab", ["tests/test_colab.py"]),
+)
+
+
+def bench_notebooks(pattern: str | None = None, root: Path = ROOT) -> list[Path]:
+    """The notebooks bench runs: those under notebooks/, solutions/ and book/, whose path
+    relative to the repository matches PATTERN (a glob, or else a substring)."""
+    paths = [p for d in NOTEBOOK_DIRS for p in sorted((root / d).glob("*.ipynb"))]
+    if pattern:
+        paths = [p for p in paths if fnmatch.fnmatch(p.relative_to(root).as_posix(), pattern)
+                 or pattern in p.relative_to(root).as_posix()]
+    return paths
+
+
+def setup_cell(nb: dict) -> dict | None:
+    """The notebook's set-up cell: its first code cell tagged ``setup``."""
+    for c in nb.get("cells", []):
+        if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", []):
+            return c
+    return None
+
+
+def floor_notebook(nb: dict) -> dict:
+    """A notebook of only NB's set-up cell (outputs cleared), with NB's metadata: running it
+    costs what every chapter pays before its first line of content."""
+    cell = setup_cell(nb)
+    if cell is None:
+        raise ValueError("the notebook has no code cell tagged 'setup'")
+    cell = json.loads(json.dumps(cell))
+    cell["outputs"], cell["execution_count"] = [], None
+    return {"cells": [cell], "metadata": json.loads(json.dumps(nb.get("metadata", {}))),
+            "nbformat": nb.get("nbformat", 4), "nbformat_minor": nb.get("nbformat_minor", 5)}
+
+
+def summarise(samples: list[float]) -> dict:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
+            "n": len(samples)}
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table; columns after the first are right-aligned."""
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def notebook_table(floor: list[float], times: dict[str, list[float]],
+                   failed: dict[str, str] | None = None) -> str:
+    """The notebook table: median wall time, its ratio to the floor's median, min and max."""
+    failed = failed or {}
+    f = summarise(floor)
+    rows = [["floor (kernel start + set-up cell)", f"{f['median']:.1f}", "1.00",
+             f"{f['min']:.1f}", f"{f['max']:.1f}"]]
+    for name, samples in times.items():
+        if not samples:
+            rows.append([name, "failed", "", "", ""])
+            continue
+        s = summarise(samples)
+        rows.append([name + (" (failed)" if name in failed else ""), f"{s['median']:.1f}",
+                     f"{s['median'] / f['median']:.2f}", f"{s['min']:.1f}", f"{s['max']:.1f}"])
+    return markdown_table(["notebook", "median wall s", "x floor", "min s", "max s"], rows)
+
+
+def suite_table(parts: list[tuple[str, list[str], float, int, str]]) -> str:
+    rows = [[name, "`pytest " + " ".join(a if " " not in a else repr(a) for a in args) + "`",
+             f"{wall:.0f}", str(rc), summary] for name, args, wall, rc, summary in parts]
+    return markdown_table(["part", "command", "wall s", "exit", "pytest says"], rows)
+
+
+def _run_notebook(nb: dict, cwd: Path, timeout: int = 600) -> float:
+    """Wall seconds to run NB in a fresh python3 kernel (start included), as tools/notebooks.py
+    execute does, but the notebook is a copy in memory and nothing is written back."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    node = nbformat.from_dict(json.loads(json.dumps(nb)))
+    client = NotebookClient(node, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})
+    t0 = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - t0
+
+
+def _pytest_summary(output: str) -> str:
+    lines = [ln.strip("= ").strip() for ln in output.strip().splitlines() if ln.startswith("=")]
+    return lines[-1] if lines else (output.strip().splitlines() or [""])[-1][:120]
+
+
+def _bench_in_venv(opts: argparse.Namespace) -> int:
+    paths = bench_notebooks(opts.only)
+    if not paths:
+        _say(f"no notebook matches {opts.only!r}")
+        return 2
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    source = next((p for p in paths if setup_cell(json.loads(p.read_text()))),
+                  next(p for p in bench_notebooks() if setup_cell(json.loads(p.read_text()))))
+    floor_nb = floor_notebook(json.loads(source.read_text()))
+    floor: list[float] = []
+    times: dict[str, list[float]] = {p.relative_to(ROOT).as_posix(): [] for p in paths}
+    failed: dict[str, str] = {}
+    _say(f"{len(paths)} notebooks, {opts.rounds} rounds; floor = kernel start + the set-up cell "
+         f"of {source.relative_to(ROOT)}")
+    for r in range(1, opts.rounds + 1):
+        for p in paths:
+            name = p.relative_to(ROOT).as_posix()
+            floor.append(_run_notebook(floor_nb, source.parent))
+            try:
+                times[name].append(_run_notebook(json.loads(p.read_text()), p.parent))
+            except Exception as e:  # a failing notebook is reported, the others still run
+                last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [""]
+                failed[name] = f"{type(e).__name__}: {last[0].strip()}"
+            _say(f"round {r}: floor {floor[-1]:.1f} s, {name} "
+                 + (f"{times[name][-1]:.1f} s" if name not in failed else "FAILED"))
+    suite = []
+    if not opts.no_suite:
+        for part, args in SUITE_PARTS:
+            _say(f"suite part {part}: pytest {' '.join(args)}")
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=_env(),
+                               capture_output=True, text=True)
+            suite.append((part, args, time.perf_counter() - t0, r.returncode,
+                          _pytest_summary(r.stdout)))
+    changed = [p for p in paths if hashlib.sha256(p.read_bytes()).hexdigest() != before[p]]
+    cpus = os.cpu_count()
+    print(f"\n### Notebooks: wall seconds in a fresh kernel, median of {opts.rounds} "
+          f"(floor: {len(floor)} runs, alternating with the notebooks; {cpus} CPUs)\n")
+    print(notebook_table(floor, times, failed))
+    for name, why in failed.items():
+        print(f"\n{name} failed: {why}")
+    if suite:
+        print("\n### Test suite by part: one pytest process each, with pyproject's options "
+              "(xdist on)\n")
+        print(suite_table(suite))
+    if changed:  # nothing here writes them; someone else did meanwhile
+        print("\nnote: these notebooks changed on disk during the run (not by bench): "
+              + ", ".join(p.relative_to(ROOT).as_posix() for p in changed))
+    return 1 if failed or any(rc not in (0,) for _, _, _, rc, _ in suite) else 0
+
+
+def bench(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python3 tasks.py bench",
+                                     description="Time each notebook against the floor (kernel "
+                                     "start + set-up cell), and the test suite by part.")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of runs (median); 3")
+    parser.add_argument("--only", metavar="PATTERN",
+                        help="only notebooks whose path (e.g. notebooks/01_rooflines.ipynb) "
+                             "matches this glob or contains it")
+    parser.add_argument("--no-suite", action="store_true", help="do not time the test suite")
+    opts = parser.parse_args(args)
+    if opts.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    py = ensure_venv()
+    if Path(sys.prefix).resolve() != VENV.resolve():  # run it with the venv's nbclient
+        return subprocess.run([str(py), str(ROOT / "tasks.py"), "bench"] + args, cwd=ROOT,
+                              env=_env()).returncode
+    return _bench_in_venv(opts)
 
 
 def main() -> int:
-    commands = {"build": build, "test": test}
+    commands = {"build": build, "test": test, "bench": bench}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

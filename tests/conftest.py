@@ -13,14 +13,12 @@ os.environ["SCALEBOOK_STRICT_HINTS"] = "1"
 
 def _share(item) -> int:
     """Where a test file goes in the queue xdist hands out (--dist loadfile, no reordering):
-    the slow ones (the site build, the Colab path) first, then the notebooks, whose cells run
-    one after another in one kernel, then the many short unit-test files, which fill the gaps
-    at the end. Longest first keeps one worker from starting a long file when the rest are done."""
+    the slow ones (the site build, the Colab path) first, then the unit-test files (a few of
+    them take most of a minute), then the notebooks, many files of similar size, which fill the
+    gaps at the end. Long files first keeps one worker from starting one when the rest are done."""
     if item.get_closest_marker("slow"):
         return 0
-    if item.path.suffix == ".ipynb":
-        return 1
-    return 2
+    return 2 if item.path.suffix == ".ipynb" else 1
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,6 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The slowest tests of the suite (python3 tasks.py test -m "not slow" leaves them out);
+# they may take longer than pyproject's default per-test limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
