@@ -277,6 +277,18 @@ def test_async_all_reduce_rs_like_through_done():
     assert r.rs_like and r.is_async
 
 
+@pytest.mark.parametrize("kept_cols,rs_like", [(4, True), (8, False), (16, False), (2, False)])
+def test_rs_like_needs_exactly_one_nth_kept(kept_cols, rs_like):
+    """Groups of 4: keeping 4 of 16 columns is a reduce-scatter; keeping 8 (a half) or 2
+    (an eighth) is some other slice and must not be counted as one."""
+    text = module("  %ar = f32[4,16]{1,0} all-reduce(%p), channel_id=1, "
+                  "replica_groups=[2,4]<=[8], to_apply=%add\n"
+                  "  %pid = u32[] partition-id()\n  %z = u32[] constant(0)\n"
+                  f"  ROOT %ds = f32[4,{kept_cols}]{{1,0}} dynamic-slice(%ar, %z, %pid), "
+                  f"dynamic_slice_sizes={{4,{kept_cols}}}")
+    assert only(hlo.collectives(text), "all-reduce").rs_like is rs_like
+
+
 def test_all_to_all_array_form_and_reduce_scatter_text():
     text = module("  %a2a = f32[4,16]{1,0} all-to-all(%p), channel_id=1, replica_groups=[2,4]<=[8], "
                  "dimensions={1}\n"
