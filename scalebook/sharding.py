@@ -33,7 +33,7 @@ from .hardware import get_chip
 from .units import check_positive_int, dtype_bytes
 
 __all__ = ["named_sharding", "shard_shape", "lowered_collectives", "collective_matmul",
-           "allgather_matmul", "collective_matmul_times", "MODES", "PURPOSES", "layer_specs",
+           "allgather_matmul", "collective_matmul_times", "record_time", "MODES", "PURPOSES", "layer_specs",
            "layer_structs", "layer_fn"]
 
 MODES = ("auto", "explicit", "manual")
@@ -242,6 +242,26 @@ def lowered_collectives(lowered) -> list:
                               dtype="/".join(dtypes), operand_shapes=operand_shapes,
                               result_shapes=result_shapes, bytes_per_device=float(nbytes)))
     return out
+
+
+def record_time(record, chip=None, *, bandwidth: float | None = None,
+                topology: str = "torus") -> float:
+    """Seconds for one collective record (from :func:`lowered_collectives` or
+    :func:`scalebook.hlo.collectives`) by the chapter-3 model, times its ``count``.
+
+    The array given to :func:`scalebook.collectives.collective_time` is the per-device
+    result of an all-gather and the per-device operand of the others, over the record's
+    ``group_size`` devices on one axis; ``chip``, ``bandwidth`` and ``topology`` as there.
+    """
+    from .hlo import Collective
+    if not isinstance(record, Collective):
+        raise TypeError(f"record must be a scalebook.hlo.Collective; got {type(record).__name__}")
+    shapes = record.result_shapes if record.kind == "all-gather" else record.operand_shapes
+    nbytes = sum(map(_shape_nbytes, shapes))
+    if record.group_size < 1:
+        return 0.0
+    return record.count * _coll.collective_time(record.kind, nbytes, record.group_size, chip,
+                                                bandwidth=bandwidth, topology=topology)
 
 
 # ------------------------------------------------------------------------------------------

@@ -240,3 +240,17 @@ def test_layer_fn_refuses_bad_arguments():
         sh.layer_fn("explicit", "train", auto)
     with pytest.raises(ValueError, match="'data' and 'model'"):
         sh.layer_fn("manual", "train", MESH)
+
+
+def test_record_time_by_hand():
+    f = jax.jit(jax.shard_map(_all_five, mesh=MESH, in_specs=P("x", "y"),
+                              out_specs=P(("x", "y"), None), check_vma=False))
+    low = sh.lowered_collectives(f.lower(jnp.ones((8, 16), jnp.float32)))
+    W = get_chip("tpu-v5p").ici_link_bandwidth
+    ag, ar = low[0], low[1]
+    assert math.isclose(sh.record_time(ag, "tpu-v5p"), 3 / 4 * 256 / (2 * W))
+    assert math.isclose(sh.record_time(ar, bandwidth=1e9, topology="ring"), 2 * 1 / 2 * 256 / 1e9)
+    with pytest.raises(TypeError, match="Collective"):
+        sh.record_time("all-gather", "tpu-v5p")
+    with pytest.raises(ValueError, match="chip"):
+        sh.record_time(ag)
