@@ -33,7 +33,7 @@ from .units import DTYPE_BYTES
 __all__ = [
     "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
     "parse_replica_groups", "cost", "xla_flops", "matmul_flops_traced", "MemoryUse", "memory",
-    "Op", "ops", "fusions", "count_fusions", "op_categories", "OP_CATEGORIES",
+    "Op", "ops", "fusions", "count_fusions", "op_categories", "OP_CATEGORIES", "entry_lines",
 ]
 
 
@@ -845,3 +845,18 @@ def count_fusions(compiled) -> int:
 def op_categories(compiled) -> dict:
     """{instruction name: category} for :func:`ops`, to label the events of a trace."""
     return {o.name: o.category for o in ops(compiled)}
+
+
+def entry_lines(compiled, width: int = 100) -> list[str]:
+    """The instructions of the entry computation as short lines for display: metadata,
+    backend configs and layouts' long attributes cut, each line at most ``width`` chars."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 20:
+        raise ValueError(f"width must be a whole number >= 20; got {width!r}")
+    comps, entry, _ = _module(compiled)
+    if entry is None:
+        raise ValueError("compiled: the HLO text has no ENTRY computation")
+    out = []
+    for ins in comps[entry]:
+        line = re.split(r",\s*(?:metadata|frontend_attributes|backend_config)=", ins.line)[0]
+        out.append(line if len(line) <= width else line[:width - 3] + "...")
+    return out

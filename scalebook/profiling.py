@@ -47,7 +47,7 @@ from .units import check_positive, check_positive_int
 __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace_file",
            "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
-           "predicted_breakdown", "KIND_COLORS"]
+           "predicted_breakdown", "KIND_COLORS", "padded_bytes"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
 KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
@@ -632,3 +632,28 @@ def plot_predicted(ops, ax=None, label: str = "", y: float = 0.0):
         t += op.time
     ax.set_xlabel("time (ms)")
     return ax
+
+
+# ------------------------------------------------------------------------------------------
+# Tiled layouts
+# ------------------------------------------------------------------------------------------
+
+def padded_bytes(shape, dtype="float32", tile=(8, 128)) -> int:
+    """Bytes an array of ``shape`` occupies when its minor dimensions are stored in tiles of
+    ``tile`` (XLA's tiled layout ``{...:T(8,128)}``): each of the last ``len(tile)``
+    dimensions is rounded up to a multiple of its tile size, and padding is stored too.
+    ``tile=()`` gives the plain size."""
+    from .units import dtype_bytes
+
+    if not isinstance(shape, (tuple, list)) or any(
+            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0 for d in shape):
+        raise ValueError(f"shape must be a tuple of whole numbers >= 0; got {shape!r}")
+    if not isinstance(tile, (tuple, list)) or any(
+            isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1 for t in tile):
+        raise ValueError(f"tile must be a tuple of positive whole numbers; got {tile!r}")
+    if len(tile) > len(shape):
+        raise ValueError(f"tile {tuple(tile)} has more dimensions than shape {tuple(shape)}")
+    dims = list(shape)
+    for i, t in enumerate(tile, start=len(shape) - len(tile)):
+        dims[i] = -(-dims[i] // t) * t
+    return int(math.prod(dims) * dtype_bytes(dtype))
