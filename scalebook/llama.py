@@ -17,6 +17,12 @@ formulas of :mod:`scalebook.models` against what XLA compiles:
 The layers are a Python list and the forward pass is a Python loop over them, so XLA sees
 every layer (``cost_analysis`` counts the body of a ``lax.scan`` only once).
 
+Chapter 7 adds serving: :func:`sharded_forward_with_cache` and
+:func:`generate_greedy_sharded` run the KV-cache decode loop on a mesh (weights split over
+heads and the MLP width on a "model" axis, the batch over a "data" axis, the cache over
+both), and :func:`speculative_generate` decodes greedily with a small draft model
+(:func:`draft_from_layers`) whose proposals the target verifies.
+
 Array names: B batch, S sequence (query positions), T cache length (key positions),
 d model width, H query heads, K key/value heads, G = H / K, h head size, F MLP width,
 V vocabulary.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -36,7 +43,9 @@ from .models import TransformerConfig, get_model
 
 __all__ = ["init_params", "count_params", "param_bytes", "rms_norm", "rope_angles", "apply_rope",
            "forward", "loss_fn", "train_step", "init_kv_cache", "cache_bytes", "forward_with_cache",
-           "generate_greedy", "XLA_FLOP_TOLERANCE"]
+           "generate_greedy", "XLA_FLOP_TOLERANCE", "decode_shardings", "shard_for_decode",
+           "sharded_forward_with_cache", "generate_greedy_sharded", "draft_from_layers",
+           "SpeculativeResult", "speculative_generate"]
 
 # How far above the matmul formula XLA's FLOP count of this model (in float32, layers
 # unrolled) may lie: the excess is elementwise work (norms, rotary embeddings, softmax,
@@ -263,3 +272,259 @@ def generate_greedy(params, prompt, steps: int, config: TransformerConfig, conte
         logits, cache = step(params, tok, cache, jnp.int32(S + i))
         tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
     return jnp.concatenate(out, axis=1), cache
+
+
+# -- serving on a mesh (chapter 7) ---------------------------------------------------------
+def _check_decode_mesh(c: TransformerConfig, mesh, data_axis: str, model_axis: str):
+    names = tuple(getattr(mesh, "axis_names", ()))
+    for role, ax in (("data_axis", data_axis), ("model_axis", model_axis)):
+        if ax not in names:
+            raise ValueError(f"{role}={ax!r} is not an axis of the mesh; its axes are {names}")
+    if data_axis == model_axis:
+        raise ValueError("data_axis and model_axis must be different mesh axes")
+    n = mesh.shape[model_axis]
+    if c.n_kv_heads % n or c.d_ff % n or (not c.tied_embeddings and c.vocab_size % n):
+        raise ValueError(
+            f"the model axis has {n} devices, but {c.name} has n_kv_heads={c.n_kv_heads}, "
+            f"d_ff={c.d_ff}, vocab_size={c.vocab_size}: each must divide by {n}. With more "
+            f"shards than key/value heads, put the extra factor on the data (batch) axis")
+    return n
+
+
+def decode_shardings(config: TransformerConfig, mesh, data_axis: str = "data",
+                     model_axis: str = "model"):
+    """PartitionSpecs for serving: (parameter specs, cache spec).
+
+    Weight-stationary 1D tensor parallelism over ``model_axis``: W_q, W_k, W_v and the MLP's
+    W_gate, W_up are split by columns (whole heads, and F / n of the MLP), W_o and W_down by
+    rows; the output head by columns (vocabulary) unless tied; norms and the embedding are
+    replicated. The KV cache [B, T, K, h] is split over the batch on ``data_axis`` and over
+    key/value heads on ``model_axis``, so it is cut into (data x model) pieces even when
+    there are more devices than key/value heads."""
+    from jax.sharding import PartitionSpec as P
+    c = get_model(config)
+    _check_decode_mesh(c, mesh, data_axis, model_axis)
+    m = model_axis
+    layer = {"attn_norm": P(), "wq": P(None, m), "wk": P(None, m), "wv": P(None, m),
+             "wo": P(m, None), "mlp_norm": P(), "w_gate": P(None, m), "w_up": P(None, m),
+             "w_down": P(m, None)}
+    specs = {"embed": P(), "layers": [dict(layer) for _ in range(c.n_layers)], "final_norm": P()}
+    if not c.tied_embeddings:
+        specs["head"] = P(None, m)
+    return specs, P(data_axis, None, m, None)
+
+
+def shard_for_decode(params, cache, config: TransformerConfig, mesh, data_axis: str = "data",
+                     model_axis: str = "model"):
+    """Place ``params`` and ``cache`` on ``mesh`` with :func:`decode_shardings`."""
+    from jax.sharding import NamedSharding
+    c = get_model(config)
+    p_specs, c_spec = decode_shardings(c, mesh, data_axis, model_axis)
+    B = cache[0][0].shape[0]
+    if B % mesh.shape[data_axis]:
+        raise ValueError(f"the cache's batch {B} does not divide over the {mesh.shape[data_axis]} "
+                         f"devices of axis {data_axis!r}")
+    params = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, p_specs)
+    sh = NamedSharding(mesh, c_spec)
+    cache = [(jax.device_put(k, sh), jax.device_put(v, sh)) for k, v in cache]
+    return params, cache
+
+
+def _layer_tp(p, x, cos, sin, q_pos, c: TransformerConfig, kv, start, axis):
+    """One layer on one device of the model axis (``c`` counts that device's heads): as
+    :func:`_layer` with a cache, plus the two all-reduces (psum) of 1D tensor parallelism,
+    after W_o and after W_down."""
+    B, S, _ = x.shape
+    H, K, h = c.n_heads, c.n_kv_heads, c.head_dim
+    y = rms_norm(x, p["attn_norm"], c.norm_eps)
+    q = apply_rope((y @ p["wq"]).reshape(B, S, H, h), cos, sin)
+    k = apply_rope((y @ p["wk"]).reshape(B, S, K, h), cos, sin)
+    v = (y @ p["wv"]).reshape(B, S, K, h)
+    k_all = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, start, 0, 0))
+    v_all = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, start, 0, 0))
+    attn = _attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), q_pos,
+                      jnp.arange(k_all.shape[1]), c)
+    x = x + jax.lax.psum(attn @ p["wo"], axis)
+    y = rms_norm(x, p["mlp_norm"], c.norm_eps)
+    x = x + jax.lax.psum((jax.nn.silu(y @ p["w_gate"]) * (y @ p["w_up"])) @ p["w_down"], axis)
+    return x, (k_all, v_all)
+
+
+def sharded_forward_with_cache(config: TransformerConfig, mesh, data_axis: str = "data",
+                               model_axis: str = "model", donate: bool = True):
+    """A jitted ``fn(params, tokens, cache, start) -> (logits, cache)`` that does what
+    :func:`forward_with_cache` does, on ``mesh`` with :func:`decode_shardings`.
+
+    Per layer it communicates exactly two all-reduces over ``model_axis`` of the
+    activations [B / n_data, S, d]; after the head, one all-gather of the logits over
+    ``model_axis`` (none when the head is tied to the replicated embedding). ``start`` is
+    an int32 scalar (a traced value, so every decode step reuses one compiled program).
+    With ``donate`` the cache's buffers are reused for the new cache."""
+    from jax.sharding import PartitionSpec as P
+    c = get_model(config)
+    n = _check_decode_mesh(c, mesh, data_axis, model_axis)
+    local = c.scaled(n_heads=c.n_heads // n, n_kv_heads=c.n_kv_heads // n)
+    p_specs, c_spec = decode_shardings(c, mesh, data_axis, model_axis)
+
+    def body(params, tokens, cache, start):
+        S = tokens.shape[1]
+        pos = start + jnp.arange(S)[None, :]
+        cos, sin = rope_angles(pos, c.head_dim, c.rope_theta)
+        x = params["embed"][tokens]
+        new_cache = []
+        for p, kv in zip(params["layers"], cache):
+            x, kv = _layer_tp(p, x, cos, sin, pos, local, kv, start, model_axis)
+            new_cache.append(kv)
+        x = rms_norm(x, params["final_norm"], c.norm_eps)
+        if c.tied_embeddings:
+            return (x @ params["embed"].T).astype(jnp.float32), new_cache
+        logits = (x @ params["head"]).astype(jnp.float32)
+        return jax.lax.all_gather(logits, model_axis, axis=2, tiled=True, to="invarying"), new_cache
+
+    cache_specs = [(c_spec, c_spec)] * c.n_layers
+    fn = jax.shard_map(body, mesh=mesh,
+                       in_specs=(p_specs, P(data_axis, None), cache_specs, P()),
+                       out_specs=(P(data_axis, None, None), cache_specs))
+    jitted = jax.jit(fn, donate_argnums=(2,) if donate else ())
+
+    def run(params, tokens, cache, start):
+        _check_tokens(tokens, c)
+        if len(cache) != c.n_layers or cache[0][0].shape[0] != tokens.shape[0]:
+            raise ValueError(f"cache has {len(cache)} layers and batch {cache[0][0].shape[0]}; "
+                             f"expected {c.n_layers} layers and batch {tokens.shape[0]}")
+        if tokens.shape[0] % mesh.shape[data_axis]:
+            raise ValueError(f"batch {tokens.shape[0]} does not divide over the "
+                             f"{mesh.shape[data_axis]} devices of axis {data_axis!r}")
+        return jitted(params, tokens, cache, jnp.asarray(start, jnp.int32))
+
+    run.lower = lambda params, tokens, cache, start: jitted.lower(
+        params, tokens, cache, jnp.asarray(start, jnp.int32))
+    return run
+
+
+def generate_greedy_sharded(params, prompt, steps: int, config: TransformerConfig, mesh,
+                            context=None, cache_dtype=jnp.float32, data_axis: str = "data",
+                            model_axis: str = "model"):
+    """:func:`generate_greedy` on a mesh: the same prefill and decode loop, with the weights
+    and the cache sharded by :func:`decode_shardings`. Returns (tokens [B, S + steps], cache)."""
+    c = get_model(config)
+    _check_tokens(prompt, c)
+    steps = int(steps)
+    if steps < 1:
+        raise ValueError(f"steps must be a positive integer; got {steps!r}")
+    B, S = prompt.shape
+    context = S + steps if context is None else context
+    cache = init_kv_cache(c, B, context, cache_dtype)
+    params, cache = shard_for_decode(params, cache, c, mesh, data_axis, model_axis)
+    step = sharded_forward_with_cache(c, mesh, data_axis, model_axis)
+    logits, cache = step(params, prompt, cache, 0)
+    out = [prompt]
+    tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
+    for i in range(steps):
+        out.append(tok)
+        if i == steps - 1:
+            break
+        logits, cache = step(params, tok, cache, S + i)
+        tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
+    return jnp.concatenate(out, axis=1), cache
+
+
+# -- speculative decoding (chapter 7) ------------------------------------------------------
+def draft_from_layers(params, config: TransformerConfig, n_layers: int):
+    """A smaller draft model made of the first ``n_layers`` layers of ``params`` with the
+    same embedding, final norm and head (layer-skipping "self-speculative" drafting).
+    Returns (draft params, draft config)."""
+    c = get_model(config)
+    if isinstance(n_layers, bool) or not isinstance(n_layers, numbers.Integral) \
+            or not 1 <= n_layers < c.n_layers:
+        raise ValueError(f"n_layers must be an integer from 1 to {c.n_layers - 1} (fewer layers "
+                         f"than the target's {c.n_layers}); got {n_layers!r}")
+    draft = dict(params)
+    draft["layers"] = list(params["layers"][:n_layers])
+    return draft, c.scaled(name=f"{c.name}-draft{n_layers}", n_layers=int(n_layers))
+
+
+@dataclass(frozen=True)
+class SpeculativeResult:
+    """What :func:`speculative_generate` did.
+
+    tokens: [1, S + steps]; accepted: draft tokens the target accepted in each verification
+    step (0 .. k); k: draft tokens proposed per step; target_calls, draft_calls: forward
+    passes after the prefill (each target call verifies k tokens at once)."""
+
+    tokens: object
+    accepted: tuple
+    k: int
+    target_calls: int
+    draft_calls: int
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        """Tokens produced per verification step: mean of (accepted + 1)."""
+        return float(np.mean([a + 1 for a in self.accepted]))
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Estimate of alpha, the chance that one draft token is accepted given that the ones
+        before it were: accepted tokens / tokens the target judged (each step judges
+        accepted + 1 of them, or k when all k are accepted)."""
+        judged = sum(a + (a < self.k) for a in self.accepted)
+        return sum(self.accepted) / judged if judged else float("nan")
+
+
+def speculative_generate(target_params, target_config: TransformerConfig, draft_params,
+                         draft_config: TransformerConfig, prompt, steps: int, k: int = 4,
+                         cache_dtype=jnp.float32) -> SpeculativeResult:
+    """Greedy speculative decoding of one sequence (``prompt`` [1, S]).
+
+    Each step the draft proposes ``k`` tokens one at a time; the target runs all of them in
+    one forward pass (k + 1 positions) and keeps the longest prefix that equals its own
+    greedy choice, then adds its own next token. The output is exactly the target's greedy
+    output (:func:`generate_greedy`): only the number of target passes changes. Keys and
+    values of rejected tokens stay in the caches, masked by position until overwritten."""
+    tc, dc = get_model(target_config), get_model(draft_config)
+    _check_tokens(prompt, tc)
+    if prompt.shape[0] != 1:
+        raise ValueError(f"speculative_generate decodes one sequence; got batch {prompt.shape[0]}")
+    if tc.vocab_size != dc.vocab_size:
+        raise ValueError(f"the draft's vocabulary ({dc.vocab_size}) must be the target's "
+                         f"({tc.vocab_size})")
+    for name, val in (("steps", steps), ("k", k)):
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
+            raise ValueError(f"{name} must be a positive integer; got {val!r}")
+    S = prompt.shape[1]
+    context = S + steps + k + 1
+    t_step = jax.jit(partial(forward_with_cache, config=tc))
+    d_step = jax.jit(partial(forward_with_cache, config=dc))
+    t_cache = init_kv_cache(tc, 1, context, cache_dtype)
+    d_cache = init_kv_cache(dc, 1, context, cache_dtype)
+    logits, t_cache = t_step(target_params, prompt, t_cache, jnp.int32(0))
+    _, d_cache = d_step(draft_params, prompt, d_cache, jnp.int32(0))
+    out = [int(t) for t in np.asarray(prompt[0])]
+    out.append(int(jnp.argmax(logits[0, -1])))
+    accepted, t_calls, d_calls = [], 0, 0
+    while len(out) - S < steps:
+        p = len(out)                       # the last token, out[p - 1], is in no cache yet
+        proposal, tok = [], out[-1]
+        for i in range(k):
+            lg, d_cache = d_step(draft_params, jnp.array([[tok]], prompt.dtype), d_cache,
+                                 jnp.int32(p - 1 + i))
+            d_calls += 1
+            tok = int(jnp.argmax(lg[0, -1]))
+            proposal.append(tok)
+        block = jnp.array([[out[-1]] + proposal], prompt.dtype)
+        lg, t_cache = t_step(target_params, block, t_cache, jnp.int32(p - 1))
+        t_calls += 1
+        best = [int(t) for t in np.asarray(jnp.argmax(lg[0], axis=-1))]   # k + 1 choices
+        n = 0
+        while n < k and proposal[n] == best[n]:
+            n += 1
+        accepted.append(n)
+        out.extend(proposal[:n] + [best[n]])
+        if n == k:                         # the draft has not yet seen its own last proposal
+            _, d_cache = d_step(draft_params, jnp.array([[proposal[-1]]], prompt.dtype),
+                                d_cache, jnp.int32(p - 1 + k))
+            d_calls += 1
+    tokens = jnp.array([out[:S + steps]], prompt.dtype)
+    return SpeculativeResult(tokens=tokens, accepted=tuple(accepted), k=int(k),
+                             target_calls=t_calls, draft_calls=d_calls)
