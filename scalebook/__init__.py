@@ -12,7 +12,9 @@ Modules (chapter that derives them)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
   profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
   models          LLaMA-3 configurations and transformer arithmetic (4)
-  llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4)
+  llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4);
+                  sharded decode loop, speculative decoding (7)
+  inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
   parallelism     training parallelism: DP, FSDP/ZeRO, TP, 2D, pipeline, experts, context (5)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
   measure         timing on this machine: measured matmul and bandwidth rooflines (1)
@@ -52,6 +54,21 @@ Formula or task -> function
   LLaMA-3 parameters, FLOPs/token, 6ND            models.TransformerConfig.num_params / training_flops
   training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
   bytes per element of a dtype                    units.dtype_bytes
+  collective latency, latency-bound buffer size   collectives.latency_steps / latency_bound_bytes
+  decode critical batch B* = C s_w / 2 W_hbm      inference.decode_critical_batch
+  attention FLOPs/bytes, fused vs naive           inference.attention_cost (AttentionCost)
+  KV bytes per token (MHA/GQA/MQA, int8, shared)  inference.kv_bytes_per_token / kv_bytes_per_sequence
+  paged vs reserved KV allocation                 inference.paged_kv_tokens (PagedUse)
+  the batch that fits next to the weights         inference.fit_batch / check_fits / chips_to_fit
+  decode and prefill step-time bounds             inference.decode_step_time / prefill_time (StepTime)
+  latency-throughput curve                        inference.latency_throughput
+  tensor-parallel decode times, ICI-bound degree  inference.tp_decode_times / ici_bound_tp_degree
+  KV-cache sharding over heads then batch         inference.kv_cache_sharding (KVSharding)
+  1D vs 2D weight-stationary MLP bytes            inference.weight_stationary_comm_bytes
+  speculative decoding tokens/step, speed-up      inference.speculative_tokens_per_step / speculative_gain
+  continuous vs static batching simulator         inference.simulate_serving (ServingStats)
+  sharded KV-cache decode on a mesh               llama.sharded_forward_with_cache / generate_greedy_sharded
+  greedy speculative decoding with a draft        llama.speculative_generate / draft_from_layers
   DP / FSDP layer times, critical batch per chip  parallelism.dp_layer_times / fsdp_layer_times / data_parallel_critical_batch
   ZeRO-0..3 memory per chip, largest model        parallelism.training_memory_per_chip (ChipMemory) / largest_model_per_chip
   Megatron TP times, largest TP degree, heads     parallelism.tp_mlp_layer_times / max_tp_degree / tp_attention_check
