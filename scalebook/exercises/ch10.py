@@ -1,0 +1,381 @@
+"""Chapter 10 exercises: programming many devices in JAX.
+
+Reference answers are computed from scalebook (collectives, sharding, hardware, models). The
+mesh exercises run the student's function on the notebook's 2 x 4 mesh (``scalebook.setup()``
+must have run), compare the numbers with NumPy, and read the compiled program's collectives
+with :func:`scalebook.hlo.collectives`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import collectives
+from ..hardware import get_chip
+from ..models import get_model
+from .core import register
+from .kinds import ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise
+
+__all__ = ["MESH_SHAPE", "MESH_AXES"]
+
+MESH_SHAPE, MESH_AXES = (2, 4), ("x", "y")
+
+
+def _close(a, b, rtol=0.01):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+def _70b():
+    return get_model("llama3-70b")
+
+
+def _weight_bytes(bf16=2):
+    """bf16 bytes of one LLaMA-3 70B layer's seven weight matrices (no norm vectors)."""
+    m = _70b()
+    return (m.params_per_layer() - m.norm_params_per_layer()) * bf16
+
+
+# 10.1 ------------------------------------------------------------------------------------
+def _ex1(n_data=32, n_model=4, topology="torus", n_group=None):
+    return collectives.collective_time("all-gather", _weight_bytes() / n_model,
+                                       n_group or n_data, "tpu-v5p", topology=topology)
+
+
+register(NumericExercise(
+    id="10.1", title="FSDP gathers of one layer on a v5p slice", unit="s", reference=_ex1,
+    rtol=0.015,
+    hints=[
+        (lambda a: _close(a, _ex1(n_model=1)), "each chip gathers only its 'model' shard of "
+         "the weights: divide the layer's bytes by n_model = 4."),
+        (lambda a: _close(a, _ex1(topology="ring")), "that is a one-way ring; a torus axis "
+         "sends half the blocks each way, halving the time."),
+        (lambda a: _close(a, _ex1(n_group=128), 0.003), "the gathers run over the 32 chips of "
+         "'data' only, not over all 128."),
+        (lambda a: _close(a, _ex1() * 32 / 31, 0.003), "keep the (n - 1) / n of the ring all-gather: "
+         "a chip already holds its own shard."),
+    ],
+))
+
+
+# 10.2 ------------------------------------------------------------------------------------
+def _nvlink():
+    h = get_chip("gpu-h100")
+    return h.ici_link_bandwidth * h.ici_links
+
+
+def _ex2(per_layer=2, layers=None, bandwidth=None, topology="ring", batch=128):
+    m = _70b()
+    layers = m.n_layers if layers is None else layers
+    t = collectives.collective_time("all-reduce", batch * m.d_model * 2, 8,
+                                    bandwidth=bandwidth or _nvlink(), topology=topology)
+    return per_layer * layers * t
+
+
+register(NumericExercise(
+    id="10.2", title="Decode all-reduces for a whole token on an H100 node", unit="s",
+    reference=_ex2, rtol=0.03,
+    hints=[
+        (lambda a: _close(a, _ex2(layers=1)) or _close(a, _ex2(per_layer=1, layers=1)),
+         "that is one layer; a decode step runs all 80 layers."),
+        (lambda a: _close(a, _ex2(per_layer=1)) or _close(a, _ex2(topology="torus")),
+         "2x too small: there are two all-reduces per layer (attention and MLP), on a one-way "
+         "ring (NVSwitch, not a torus)."),
+        (lambda a: _close(a, _ex2(bandwidth=get_chip("gpu-h100").ici_link_bandwidth)),
+         "that uses one NVLink; through NVSwitch a GPU sends over all 18 of its links at once."),
+    ],
+))
+
+
+# 10.3 ------------------------------------------------------------------------------------
+def _ex3(bidirectional=True, whole=False):
+    from ..sharding import collective_matmul_times
+    m, n = _70b(), 4
+    t = collective_matmul_times(4096, m.d_model, 1, n, "tpu-v5p", bidirectional=bidirectional)
+    if whole:
+        return t["gather"] / t["math"]
+    return t["step_comm"] / (t["math"] / n)          # times are linear in F
+
+
+register(NumericExercise(
+    id="10.3", title="When does a collective matmul stop hiding its sends?", unit="F",
+    reference=_ex3, rtol=0.03,
+    hints=[
+        (lambda a: _close(a, _ex3(bidirectional=False)), "2x too large: half of each chunk "
+         "goes each way round the torus axis, so a chunk's send takes chunk / (2 W)."),
+        (lambda a: _close(a, _ex3(whole=True)), "that compares the whole gather with the whole "
+         "matmul; compare one chunk's send with one chunk's matmul (1/n of the matmul)."),
+        (lambda a: _close(a, _ex3() * 4), "4x too large: a chunk's matmul is 1/n of the chip's "
+         "matmul, 2 B D F / (n^2 C), not of the global one."),
+    ],
+))
+
+
+# 10.4 ------------------------------------------------------------------------------------
+def _ex4(n_model=8, bandwidth=None, topology="ring"):
+    h = get_chip("gpu-h100")
+    return collectives.collective_time("all-gather", _weight_bytes() / n_model, 8,
+                                       bandwidth=bandwidth or h.dcn_bandwidth, topology=topology)
+
+
+register(NumericExercise(
+    id="10.4", title="FSDP across H100 nodes", unit="s", reference=_ex4, rtol=0.03,
+    hints=[
+        (lambda a: _close(a, _ex4(bandwidth=_nvlink())), "that is NVLink; the 'data' axis "
+         "crosses nodes, over the network at W_dcn per GPU."),
+        (lambda a: _close(a, _ex4(n_model=1)), "each GPU gathers only its 'model' shard of "
+         "the weights: divide by n_model = 8."),
+        (lambda a: _close(a, _ex4(topology="torus")), "the network between nodes is not a "
+         "torus: use a one-way ring."),
+    ],
+))
+
+
+# 10.5 ------------------------------------------------------------------------------------
+register(ChoiceExercise(
+    id="10.5", title="Which to=?", choices=("varying", "invarying", "reduced"),
+    reference=lambda: "invarying",
+    hints={"varying": "'varying' is the default, and it is what makes shard_map refuse: the "
+                      "result is typed as differing between the devices of 'y'.",
+           "reduced": "'reduced' does not describe a gathered value: after the gather the "
+                      "result is complete and the same on every device of 'y'."},
+))
+
+
+# ------------------------------------------------------------------------------------------
+# Code exercises on the mesh
+# ------------------------------------------------------------------------------------------
+
+def _inputs(shapes, seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _guard(answer):
+    def body(*blocks):
+        out = answer(*blocks)
+        if out is None:
+            raise NotAttempted
+        return out
+    return body
+
+
+def _shard_map_build(in_specs, out_spec, shapes, seed_of):
+    def build(answer, case, mesh):
+        import jax
+        from jax.sharding import NamedSharding
+        arrays = _inputs(shapes(*case), seed=seed_of(*case))
+        args = tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, in_specs()))
+        fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=in_specs(),
+                                   out_specs=out_spec()))
+        return fn, args
+    return build
+
+
+def _P(*entries):
+    from jax.sharding import PartitionSpec
+    return PartitionSpec(*entries)
+
+
+# 10.6 tensor-parallel MLP ----------------------------------------------------------------
+def _tp_collectives(records, case):
+    B, D, F = case
+    if any(r.kind == "all-gather" for r in records):
+        return "no gather is needed: x is whole along D and w1, w2 are split along F"
+    ar = [r for r in records if r.kind == "all-reduce"]
+    if any(r.group_size == 2 for r in ar):
+        return "the sum runs over 'x'; the partial sums differ along 'y', so psum over 'y'"
+    if len(records) != 1 or len(ar) != 1 or ar[0].group_size != 4:
+        return "expected exactly one all-reduce over the 4 devices of 'y'"
+    if not math.isclose(ar[0].bytes_per_device,
+                        collectives.ring_bytes("all-reduce", B // 2 * D * 4, 4)):
+        return "the all-reduce should act on the [B/2, D] partial sums of the second matmul"
+    return None
+
+
+def _mlp_np(case, x, w1, w2):
+    import numpy as np
+    return np.maximum(np.asarray(x) @ np.asarray(w1), 0) @ np.asarray(w2)
+
+
+register(MeshProgramExercise(
+    id="10.6", title="A tensor-parallel MLP in shard_map",
+    build=_shard_map_build(lambda: (_P("x", None), _P(None, "y"), _P("y", None)),
+                           lambda: _P("x", None),
+                           lambda B, D, F: [(B, D), (D, F), (F, D)],
+                           lambda B, D, F: B + 2 * D + 3 * F),
+    expected=_mlp_np, collectives_ok=_tp_collectives,
+    cases=[(8, 16, 32), (16, 8, 64), (4, 32, 16)],
+    describe=lambda B, D, F: f"x[{B},{D}], w1[{D},{F}], w2[{F},{D}]",
+    error_hints=[("replicated across mesh axis 'y'", "the product of the blocks is only this "
+                  "device's partial sum; jax.lax.psum(..., 'y') adds them and makes the result "
+                  "the same on every device of 'y', as out_specs P('x', None) says.")],
+))
+
+
+# 10.7 collective matmul ------------------------------------------------------------------
+def _cm_collectives(records, case):
+    B, D, F = case
+    if any(r.kind == "all-gather" for r in records):
+        return "that is the plain version: move A's chunks with jax.lax.ppermute instead"
+    perms = [r for r in records if r.kind == "collective-permute"]
+    if len(perms) != len(records):
+        return "only collective-permutes should move data"
+    chunk = B // 2 * D // 4 * 4
+    if len(perms) != 3 or any(not math.isclose(r.bytes_per_device, chunk) for r in perms):
+        return (f"expected n - 1 = 3 permutes, each of one [{B // 2}, {D // 4}] chunk of A "
+                f"(the last chunk is used where it arrives, not sent on)")
+    if any(r.group_size != 8 for r in perms):
+        return "every device should pass its chunk to a neighbour along 'y' in each step"
+    return None
+
+
+register(MeshProgramExercise(
+    id="10.7", title="Your own collective matmul",
+    build=_shard_map_build(lambda: (_P("x", "y"), _P(None, "y")), lambda: _P("x", "y"),
+                           lambda B, D, F: [(B, D), (D, F)], lambda B, D, F: 5 * B + D + F),
+    expected=lambda case, a, w: __import__("numpy").asarray(a) @ __import__("numpy").asarray(w),
+    collectives_ok=_cm_collectives, rtol=1e-4,
+    cases=[(8, 16, 32), (16, 32, 8), (4, 16, 24)],
+    describe=lambda B, D, F: f"A[{B},{D}] @ W[{D},{F}]",
+    error_hints=[("dot_general requires contracting dimensions",
+                  "a chunk of A has D/4 columns; multiply it by the matching D/4 rows of w "
+                  "(jax.lax.dynamic_slice_in_dim with the chunk's owner from axis_index)."),
+                 ("ppermute", "ppermute takes (source, destination) pairs of positions along "
+                  "'y', e.g. [(j, (j - 1) % 4) for j in range(4)].")],
+))
+
+
+# 10.8 KV cache spec ----------------------------------------------------------------------
+def _build_kv(answer, case, mesh):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+    spec = answer()
+    if spec is None:
+        raise NotAttempted
+    if not isinstance(spec, PartitionSpec) or len(spec) > 4:
+        raise TypeError("return one PartitionSpec with at most 4 entries, e.g. P(..., ..., ..., ...)")
+    dm = mesh
+    Bs, T, K, G, h = case
+    q, k, v = _inputs([(Bs, K, G, h), (Bs, T, K, h), (Bs, T, K, h)], seed=Bs * T + K + G)
+    from ..sharding import shard_shape
+    try:
+        block = shard_shape(k.shape, spec, dm)
+    except ValueError as e:
+        raise ValueError(f"cache spec {spec}: {e}") from None
+    if math.prod(block) * 8 != k.size:
+        raise ValueError(f"with {spec} each device holds more than 1/8 of the cache")
+    q_sh = NamedSharding(dm, PartitionSpec("data", "model", None, None))
+    c_sh = NamedSharding(dm, spec)
+
+    def attend(q, k, v):
+        s = jax.nn.softmax(jnp.einsum("bkgh,btkh->bkgt", q, k), axis=-1)
+        return jnp.einsum("bkgt,btkh->bkgh", s, v)
+
+    fn = jax.jit(attend, out_shardings=q_sh)
+    return fn, (jax.device_put(q, q_sh), jax.device_put(k, c_sh), jax.device_put(v, c_sh))
+
+
+def _attend_np(case, q, k, v):
+    import numpy as np
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    s = np.einsum("bkgh,btkh->bkgt", q, k)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bkgt,btkh->bkgh", p / p.sum(-1, keepdims=True), v)
+
+
+def _no_collectives(records, case):
+    if records:
+        return ("the program communicates: q splits the batch over 'data' and the KV heads "
+                "over 'model'; split the cache's batch and KV-head dimensions the same way")
+    return None
+
+
+register(MeshProgramExercise(
+    id="10.8", title="A KV cache that needs no communication",
+    build=_build_kv, expected=_attend_np, collectives_ok=_no_collectives, rtol=1e-4,
+    mesh_axes=("data", "model"),
+    cases=[(4, 8, 4, 2, 8), (2, 16, 8, 2, 4), (6, 4, 4, 1, 8)],
+    describe=lambda Bs, T, K, G, h: f"q[{Bs},{K},{G},{h}], cache[{Bs},{T},{K},{h}]",
+    error_hints=[("more than 1/8", "each device must hold 1/8 of the cache: use both mesh "
+                                   "axes, 'data' and 'model'."),
+                 ("names mesh axis", "the mesh axes are 'data' and 'model'."),
+                 ("one PartitionSpec", "return jax.P(...) with one entry per cache dimension "
+                                       "[B_seq, T, H_kv, h].")],
+))
+
+
+# 10.9 fix an ambiguous contraction -------------------------------------------------------
+class _UnderMesh:
+    """A jitted function whose tracing and lowering happen under ``jax.set_mesh(mesh)``."""
+
+    def __init__(self, fn, mesh):
+        self.fn, self.mesh = fn, mesh
+
+    def lower(self, *args):
+        import jax
+        with jax.set_mesh(self.mesh):
+            out = jax.eval_shape(self.fn, *args)
+            spec = getattr(getattr(out, "sharding", None), "spec", None)
+            if spec is None or tuple(spec) + (None,) * (2 - len(spec)) != ("x", None):
+                raise ValueError(f"the result is sharded {spec}, expected P('x', None)")
+            return self.fn.lower(*args)
+
+
+def _build_fix(answer, case, mesh):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from ..mesh import make_mesh
+    em = make_mesh(MESH_SHAPE, MESH_AXES, explicit=True)
+    B, D, F = case
+    a, b = _inputs([(B, D), (D, F)], seed=7 * B + D + F)
+    a = jax.device_put(a, NamedSharding(em, PartitionSpec("x", "y")))
+    b = jax.device_put(b, NamedSharding(em, PartitionSpec("y", None)))
+    return _UnderMesh(jax.jit(_guard(answer)), em), (a, b)
+
+
+def _fix_collectives(records, case):
+    bad = [r for r in records if r.kind not in ("all-reduce", "all-gather")]
+    if bad or any(r.rs_like for r in records):
+        return "a result replicated over 'y' needs the partial sums all-reduced (or a gathered)"
+    return None
+
+
+register(MeshProgramExercise(
+    id="10.9", title="Fix an ambiguous contraction",
+    build=_build_fix, expected=lambda case, a, b: __import__("numpy").asarray(a) @
+    __import__("numpy").asarray(b), collectives_ok=_fix_collectives, rtol=1e-4,
+    cases=[(8, 16, 32), (16, 32, 8), (4, 16, 24)],
+    describe=lambda B, D, F: f"a[{B},{D}] @ b[{D},{F}]",
+    error_hints=[("ambiguous", "tell JAX the result's sharding: jnp.einsum(..., "
+                               "out_sharding=P('x', None))."),
+                 ("expected P('x', None)", "the result must be split over 'x' and replicated "
+                                           "over 'y': out_sharding=P('x', None).")],
+))
+
+
+# 10.10 sequence to heads -----------------------------------------------------------------
+def _a2a_collectives(records, case):
+    if any(r.kind == "all-gather" for r in records):
+        return ("an all-gather then a slice holds the whole array for a moment and moves n "
+                "times more data; one all_to_all moves only the blocks that change owner")
+    a2a = [r for r in records if r.kind == "all-to-all"]
+    if len(records) != 1 or len(a2a) != 1 or a2a[0].group_size != 4:
+        return "expected exactly one all-to-all over the 4 devices of 'y'"
+    return None
+
+
+register(MeshProgramExercise(
+    id="10.10", title="Sequence to heads with one all-to-all",
+    build=_shard_map_build(lambda: (_P("y", None),), lambda: _P(None, "y"),
+                           lambda S, H: [(S, H)], lambda S, H: 11 * S + H),
+    expected=lambda case, x: __import__("numpy").asarray(x), collectives_ok=_a2a_collectives,
+    cases=[(8, 16), (16, 8), (4, 32)],
+    describe=lambda S, H: f"x[{S},{H}]",
+    error_hints=[("split_axis", "split the heads and stack the sequence: "
+                                "all_to_all(x, 'y', split_axis=1, concat_axis=0, tiled=True)."),
+                 ("replicated across mesh axis", "use the axis name 'y' in all_to_all: "
+                                                 "only 'y' splits x.")],
+))

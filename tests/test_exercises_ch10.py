@@ -1,0 +1,162 @@
+"""Chapter 10's exercise checks accept right answers, reject typical wrong ones with their
+specific hints, and never raise.
+
+Right answers are worked here by hand from the chip and model figures (closed forms, not the
+scalebook functions the references use). Code answers run on the 8-device CPU mesh."""
+
+import math
+
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import P  # noqa: E402
+
+from scalebook.exercises import evaluate  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+
+v5p, h100 = get_chip("tpu-v5p"), get_chip("gpu-h100")
+W5p, C5p = v5p.ici_link_bandwidth, v5p.bf16_flops
+NVLINK, DCN = h100.ici_link_bandwidth * h100.ici_links, h100.dcn_bandwidth
+# LLaMA-3 70B (paper, Table 3; heads from the reference code)
+D, F, H, K, h, L = 8192, 28672, 64, 8, 128, 80
+W_LAYER = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F) * 2     # bf16, no norm vectors
+
+RIGHT = {
+    "10.1": 31 / 32 * (W_LAYER / 4) / (2 * W5p),
+    "10.2": 2 * L * 2 * 7 / 8 * 128 * D * 2 / NVLINK,
+    "10.3": 4 * 2 * C5p / (4 * W5p),           # chunk send B D s/(2nW) = chunk matmul 2BDF/(n^2 C)
+    "10.4": 7 / 8 * (W_LAYER / 8) / DCN,
+    "10.5": "invarying",
+}
+RTOL = {"10.1": 0.015, "10.2": 0.03, "10.3": 0.03, "10.4": 0.03}
+
+HINTS = {   # a typical mistake and a phrase its hint must contain
+    "10.1": [(4 * RIGHT["10.1"], "n_model = 4"), (2 * RIGHT["10.1"], "one-way ring"),
+             (127 / 128 * (W_LAYER / 4) / (2 * W5p), "32 chips of 'data'"),
+             (RIGHT["10.1"] * 32 / 31, "(n - 1) / n")],
+    "10.2": [(RIGHT["10.2"] / 80, "all 80 layers"), (RIGHT["10.2"] / 160, "all 80 layers"),
+             (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18")],
+    "10.3": [(2 * RIGHT["10.3"], "each way"), (0.75 * RIGHT["10.3"], "one chunk's send"),
+             (4 * RIGHT["10.3"], "n^2")],
+    "10.4": [(RIGHT["10.4"] * DCN / NVLINK, "W_dcn"), (8 * RIGHT["10.4"], "n_model = 8"),
+             (RIGHT["10.4"] / 2, "one-way ring")],
+    "10.5": [("varying", "default"), ("reduced", "complete")],
+}
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_right_answers_are_accepted(ex):
+    r = evaluate(ex, RIGHT[ex])
+    assert r.correct, r
+
+
+@pytest.mark.parametrize("ex,answer,phrase", [(k, a, p) for k, v in HINTS.items() for a, p in v])
+def test_typical_mistakes_get_their_hint(ex, answer, phrase):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong" and phrase in r.message, r
+
+
+@pytest.mark.parametrize("ex", sorted(RTOL))
+def test_tolerance_boundary(ex):
+    for sign in (1, -1):
+        assert not evaluate(ex, RIGHT[ex] * (1 + sign * 1.1 * RTOL[ex])).correct
+        assert evaluate(ex, RIGHT[ex] * (1 + sign * 0.9 * RTOL[ex])).correct
+
+
+@pytest.mark.parametrize("ex", ["10.%d" % i for i in range(1, 11)])
+def test_unanswered_and_malformed(ex):
+    assert evaluate(ex, ...).status == "not attempted"
+    for bad in ("12", None, float("nan")):
+        r = evaluate(ex, bad)
+        assert r.status in ("wrong", "not attempted") and r.message, (bad, r)
+
+
+# ---- code exercises on the mesh -----------------------------------------------------------
+def tp_right(x, w1, w2):
+    return jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "y")
+
+
+def cm_right(a, w):
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
+    return acc
+
+
+def cm_wrong_rows(a, w):
+    """Passes chunks to the left but multiplies by the rows of the chunk's old owner."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i - k) % n) * c, c, axis=0)
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
+    return acc
+
+
+CODE_RIGHT = {
+    "10.6": tp_right,
+    "10.7": cm_right,
+    "10.8": lambda: P("data", None, "model", None),
+    "10.9": lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", None)),
+    "10.10": lambda x: jax.lax.all_to_all(x, "y", 1, 0, tiled=True),
+}
+
+CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
+    "10.6": [(lambda x, w1, w2: jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "x"), "psum(..., 'y')"),
+             (lambda x, w1, w2: jax.lax.psum(jax.nn.relu(
+                 x @ jax.lax.all_gather(w1, "y", axis=1, tiled=True, to="invarying"))
+                 @ jax.lax.all_gather(w2, "y", tiled=True, to="invarying"), "y") / 4,
+              "no gather is needed"),
+             (lambda x, w1, w2: jax.lax.psum((x @ w1) @ w2, "y"), "wrong numbers")],
+    "10.7": [(lambda a, w: jax.lax.all_gather(a, "y", axis=1, tiled=True) @ w, "plain version"),
+             (cm_wrong_rows, "wrong numbers"),
+             (lambda a, w: a @ w, "D/4 rows")],
+    "10.8": [(lambda: P("data", "model", None, None), "communicates"),
+             (lambda: P(None, None, "model", None), "1/8"),
+             (lambda: P("batch", None, "model", None), "'data' and 'model'"),
+             (lambda: "data", "jax.P(...)")],
+    "10.9": [(lambda a, b: jnp.einsum("bd,df->bf", a, b), "out_sharding=P('x', None)"),
+             (lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", "y")),
+              "replicated over 'y'")],
+    "10.10": [(lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True), "split_axis=1"),
+              (lambda x: jax.lax.dynamic_slice_in_dim(
+                  jax.lax.all_gather(x, "y", tiled=True),
+                  jax.lax.axis_index("y") * (x.shape[1] // 4), x.shape[1] // 4, axis=1),
+               "n times more")],
+}
+
+
+@pytest.mark.parametrize("ex", sorted(CODE_RIGHT))
+def test_code_right_answers(ex):
+    r = evaluate(ex, CODE_RIGHT[ex])
+    assert r.correct, r
+    assert "3 shapes" in r.message
+
+
+@pytest.mark.parametrize("ex,answer,phrase", [(k, a, p) for k, v in CODE_WRONG.items()
+                                              for a, p in v])
+def test_code_wrong_answers_get_their_hint(ex, answer, phrase):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong" and phrase in r.message, r
+
+
+@pytest.mark.parametrize("ex", sorted(CODE_RIGHT))
+def test_code_stub_is_not_attempted(ex):
+    def stub(*args):
+        ...
+    assert evaluate(ex, stub).status == "not attempted"
+    assert evaluate(ex, 3).status == "wrong"
+
+
+def test_the_reference_formula_agrees_with_the_hand_worked_one():
+    """10.3's reference uses scalebook.sharding; check it equals n s C / (4 W) exactly."""
+    assert math.isclose(evaluate("10.3", 4 * 2 * C5p / (4 * W5p)).correct, True)
