@@ -17,6 +17,8 @@ Modules (chapter that derives them)
   inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
   parallelism     training parallelism: DP, FSDP/ZeRO, TP, 2D, pipeline, experts, context (5)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
+  sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
+                  a LLaMA-3 layer in auto/explicit/manual mode (10)
   measure         timing on this machine: measured matmul and bandwidth rooflines (1)
   plots           the book's figures: chip colours, roofline plots
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
@@ -54,6 +56,10 @@ Formula or task -> function
   LLaMA-3 parameters, FLOPs/token, 6ND            models.TransformerConfig.num_params / training_flops
   training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
   bytes per element of a dtype                    units.dtype_bytes
+  NamedSharding with clear errors, block shape    sharding.named_sharding / shard_shape
+  collectives of a lowered program, abstract mesh  sharding.lowered_collectives / record_time
+  collective matmul and its overlapped time       sharding.collective_matmul / collective_matmul_times
+  LLaMA-3 layer sharded for training and decode   sharding.layer_specs / layer_structs / layer_fn
   collective latency, latency-bound buffer size   collectives.latency_steps / latency_bound_bytes
   decode critical batch B* = C s_w / 2 W_hbm      inference.decode_critical_batch
   attention FLOPs/bytes, fused vs naive           inference.attention_cost (AttentionCost)
