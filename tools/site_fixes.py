@@ -1,0 +1,167 @@
+"""The site's own Sphinx extension: what the theme and the extensions do not get right alone.
+
+1. **Maths offline.** MathJax 3.2.2 (es5 build, from the locked ``django-static-mathjax``
+   package, pure static files) is copied into the build's ``_static/mathjax`` and
+   ``mathjax_path`` points at it, so a saved copy, the PDF and a machine with no network all
+   render formulas. Only what the book needs is copied: the ``tex-chtml`` component, the TeX
+   extensions it loads on demand, the CommonHTML fonts, the menu and the accessibility parts.
+2. **One of everything in each page's head.** Some extensions register their scripts twice
+   (``const THEBE_JS_URL`` declared twice is a JavaScript error on every page); the theme and
+   Sphinx each write a viewport meta tag. Duplicates are dropped.
+3. **The book's stylesheet and favicon** (``tools/site_static``): no duplicate search header
+   on desktop, wide tables and display equations scroll inside themselves, not the page.
+4. **Figures** drawn by a notebook's code become numbered figures with a caption and real
+   alt text. ``scalebook.setup()`` stores a description of every figure in its PNG (title,
+   axes titles and labels); this extension reads it back. A cell can give its own with
+   myst-nb's metadata (``mystnb: {image: {alt: ...}, figure: {caption: ...}}``), which wins.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.transforms import SphinxTransform
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "site_static"
+MATHJAX_PATH = "mathjax/tex-chtml.js"
+# What tex-chtml.js loads at run time, relative to MathJax's es5 folder.
+MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/woff-v2",
+                 "ui", "a11y", "adaptors")
+
+
+def mathjax_source() -> Path:
+    """The es5 folder of the installed MathJax package."""
+    import mathjax  # the django-static-mathjax distribution; no Django needed
+
+    return Path(next(iter(mathjax.__path__))) / "static" / "mathjax" / "es5"
+
+
+def copy_mathjax(static_dir: Path) -> Path:
+    src, dst = mathjax_source(), Path(static_dir) / "mathjax"
+    for part in MATHJAX_PARTS:
+        s, d = src / part, dst / part
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if s.is_dir():
+            shutil.copytree(s, d, dirs_exist_ok=True)
+        else:
+            shutil.copy2(s, d)
+    return dst
+
+
+def _config_inited(app, config):
+    config.mathjax_path = MATHJAX_PATH
+    config.html_static_path = list(config.html_static_path) + [str(STATIC)]
+    if not config.html_favicon:
+        config.html_favicon = str(STATIC / "favicon.svg")
+
+
+VIEWPORT = re.compile(r'\s*<meta name="viewport"[^>]*/?>')
+SCRIPT = re.compile(r'\n?[ \t]*<script\b[^>]*>.*?</script>', re.S)
+STYLESHEET = re.compile(r'\n?[ \t]*<link rel="stylesheet"[^>]*/?>')
+
+
+def dedupe_head(html: str) -> str:
+    """Keep the first viewport meta tag of a page's head, and one copy of each script and
+    stylesheet tag (an extension registered twice writes its tags twice)."""
+    head_end = html.find("</head>")
+    if head_end < 0:
+        return html
+    head, rest = html[:head_end], html[head_end:]
+    seen_viewport = []
+
+    def first_viewport(m):
+        seen_viewport.append(m)
+        return m.group(0) if len(seen_viewport) == 1 else ""
+
+    def once(pattern, text):
+        seen = set()
+
+        def keep(m):
+            key = m.group(0).strip()
+            if key in seen:
+                return ""
+            seen.add(key)
+            return m.group(0)
+
+        return pattern.sub(keep, text)
+
+    head = VIEWPORT.sub(first_viewport, head)
+    head = once(STYLESHEET, once(SCRIPT, head))
+    return head + rest
+
+
+def _build_finished(app, exc):
+    if exc is not None or app.builder.format != "html":
+        return
+    copy_mathjax(Path(app.outdir) / "_static")
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed = dedupe_head(text)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
+# ---- figures ---------------------------------------------------------------------------
+
+def png_description(path: Path) -> str | None:
+    """The figure description scalebook.setup() stores in a PNG (tEXt 'Description')."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            text = getattr(im, "text", {}) or im.info
+            desc = text.get("Description")
+    except Exception:
+        return None
+    return desc.strip() if isinstance(desc, str) and desc.strip() else None
+
+
+class NotebookFigures(SphinxTransform):
+    """An image that a notebook cell drew becomes a numbered figure with caption and alt."""
+
+    default_priority = 400
+
+    def apply(self):
+        for image in list(self.document.findall(nodes.image)):
+            uri = image.get("uri", "")
+            if not uri or isinstance(image.parent, nodes.figure):
+                continue
+            if not _in_cell_output(image):
+                continue
+            alt = image.get("alt")
+            path = Path(self.env.srcdir, uri) if not Path(uri).is_absolute() else Path(uri)
+            if not path.exists():
+                path = Path(self.env.srcdir) / Path(self.env.docname).parent / uri
+            desc = png_description(path)
+            if alt and alt != uri and not alt.endswith((".png", ".svg", ".jpg")):
+                desc = desc or alt
+            if not desc:
+                continue
+            image["alt"] = desc
+            figure = nodes.figure(classes=["nb-figure"])
+            image.replace_self(figure)
+            self.document.set_id(figure)  # an id makes numfig number it
+            figure += image
+            figure += nodes.caption(desc, desc)
+
+
+def _in_cell_output(node) -> bool:
+    p = node.parent
+    while p is not None:
+        classes = p.get("classes", []) if isinstance(p, nodes.Element) else []
+        if "cell_output" in classes or p.__class__.__name__ == "CellOutputNode":
+            return True
+        p = p.parent
+    return False
+
+
+def setup(app):
+    app.connect("config-inited", _config_inited)
+    app.connect("build-finished", _build_finished)
+    app.add_css_file("book.css")
+    app.add_transform(NotebookFigures)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
