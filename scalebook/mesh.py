@@ -24,10 +24,20 @@ from dataclasses import dataclass
 
 from .errors import DeviceCountError
 
-__all__ = ["setup", "devices", "make_mesh", "require_devices", "Setup", "TESTED_JAX_VERSION"]
+__all__ = ["setup", "devices", "make_mesh", "require_devices", "Setup", "TESTED_JAX_VERSION",
+           "TESTED_VERSIONS", "version_notes", "RestartNeeded"]
 
-# The JAX version the book's stored outputs come from (also pinned in requirements.lock).
-TESTED_JAX_VERSION = "0.12.0.1"
+# The versions the book's stored outputs come from: the pins in requirements.lock
+# (tests/test_packaging.py checks). pyproject.toml declares the wider range the package
+# supports; its lower bounds are the oldest versions every chapter was run on
+# (tests/test_colab.py runs every chapter on them).
+TESTED_VERSIONS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "numpy": "2.5.5",
+                   "matplotlib": "3.11.2"}
+TESTED_JAX_VERSION = TESTED_VERSIONS["jax"]
+
+
+class RestartNeeded(RuntimeError):
+    """The kernel runs a JAX that is no longer the installed one (an install replaced it)."""
 
 _chosen: list | None = None
 
@@ -54,6 +64,30 @@ def _restart_advice() -> str:
     return "Restart the kernel (Kernel > Restart), then run the set-up cell first."
 
 
+def _installed(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def version_notes() -> list[str]:
+    """What differs from the tested versions (TESTED_VERSIONS), one line each; [] if nothing."""
+    import jax
+
+    running = {"jax": jax.__version__, "jaxlib": _installed("jaxlib"),
+               "numpy": _installed("numpy"), "matplotlib": _installed("matplotlib")}
+    differ = [f"{name} {running[name]}" for name, tested in TESTED_VERSIONS.items()
+              if running[name] != tested]
+    if not differ:
+        return []
+    tested = ", ".join(f"{n} {v}" for n, v in TESTED_VERSIONS.items())
+    return [f"Note: the book was tested with {tested}; this runs {', '.join(differ)}: "
+            "outputs may differ."]
+
+
 def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
     """Give JAX ``n_devices`` devices and report what the notebook runs on.
 
@@ -65,6 +99,12 @@ def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
         raise ValueError(f"n_devices must be a positive integer; got {n_devices!r}")
     import jax
 
+    installed = _installed("jax")
+    if installed is not None and installed != jax.__version__:
+        # e.g. Colab: an old JAX was imported, then installing scalebook upgraded it on disk.
+        raise RestartNeeded(
+            f"This kernel runs JAX {jax.__version__}, but JAX {installed} is now installed; "
+            "the chapter would fail later with import errors. " + _restart_advice())
     try:
         jax.config.update("jax_num_cpu_devices", n_devices)
     except RuntimeError:
@@ -93,8 +133,8 @@ def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
         if accel and simulated:
             print(f"(found {len(accel)} {accel[0].platform.upper()} device(s), not {n_devices}: "
                   f"using simulated CPU devices so the mesh has {n_devices})")
-        if jax.__version__ != TESTED_JAX_VERSION:
-            print(f"Note: the book was tested with JAX {TESTED_JAX_VERSION}; outputs may differ.")
+        for line in version_notes():
+            print(line)
     return info
 
 

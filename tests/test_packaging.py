@@ -1,10 +1,14 @@
-"""One locked set of versions: the lock file, the package's pins and the set-up check agree."""
+"""One locked set of versions, one declared range: the lock file holds the exact versions the
+tests and the site use, the package declares the range it supports (lower bounds: the oldest
+versions tests/test_colab.py runs every chapter on), and the set-up check knows the pins."""
 
 import re
 import tomllib
 from pathlib import Path
 
-from scalebook.mesh import TESTED_JAX_VERSION
+from packaging.requirements import Requirement
+
+from scalebook.mesh import TESTED_JAX_VERSION, TESTED_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,6 +17,21 @@ def lock_pins():
     text = (ROOT / "requirements.lock").read_text()
     pins = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==([^\s\\;]+)", text, re.M))
     return {k.lower(): v for k, v in pins.items()}, text
+
+
+def declared():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {Requirement(d).name.lower(): Requirement(d) for d in project["dependencies"]}
+
+
+def lower_bounds() -> dict[str, str]:
+    """The oldest supported version of each dependency (its '>=' bound in pyproject)."""
+    out = {}
+    for name, req in declared().items():
+        low = [s.version for s in req.specifier if s.operator == ">="]
+        assert len(low) == 1, f"{name}: declare exactly one lower bound (>=), got {req}"
+        out[name] = low[0]
+    return out
 
 
 def test_every_locked_requirement_has_a_hash():
@@ -24,12 +43,19 @@ def test_every_locked_requirement_has_a_hash():
         assert "--hash=sha256:" in b, b.splitlines()[0]
 
 
-def test_package_pins_equal_the_lock():
+def test_package_declares_ranges_that_hold_the_locked_versions():
     pins, _ = lock_pins()
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for dep in project["dependencies"]:
-        name, version = dep.split("==")
-        assert pins[name.lower()] == version, f"{name}: pyproject {version} vs lock {pins[name.lower()]}"
+    for name, req in declared().items():
+        assert not any(s.operator == "==" for s in req.specifier), \
+            f"{req}: an exact pin would replace a Colab image's {name}; declare a range"
+        assert req.specifier.contains(pins[name], prereleases=True), \
+            f"{name}: the locked {pins[name]} is outside the declared {req.specifier}"
+    assert set(lower_bounds()) == {"jax", "jaxlib", "numpy", "matplotlib"}
+
+
+def test_the_set_up_check_knows_the_locked_versions():
+    pins, _ = lock_pins()
+    assert TESTED_VERSIONS == {name: pins[name] for name in TESTED_VERSIONS}
     assert pins["jax"] == TESTED_JAX_VERSION
     assert pins["jupyter-book"] == "1.0.4.post1"
     assert "nbval" in pins and "sphinx-exercise" in pins

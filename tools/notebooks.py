@@ -70,14 +70,29 @@ def install_source() -> str:
 
 
 def setup_source() -> str:
+    """The set-up cell. Before installing anything it refuses to go on in a kernel that has
+    already imported JAX (the install could not replace it); an install failure is one
+    message (what failed, what to try, the SCALEBOOK_SOURCE override), not pip's traceback."""
     return f'''# Set-up: run this cell first. Where the book's package is missing (Colab), it is
-# installed with its pinned JAX; then JAX gets 8 devices and says what it runs on.
+# installed (and JAX, if this one is too old); then JAX gets 8 devices and says what it
+# runs on. SCALEBOOK_SOURCE overrides where scalebook is installed from.
 import importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("scalebook") is None:
+    if "jax" in sys.modules:
+        print("JAX is already imported in this kernel, so installing scalebook cannot "
+              "take effect.\\nRestart the runtime, then run this cell first.")
+        raise SystemExit
     source = os.environ.get("SCALEBOOK_SOURCE",
                             "{install_source()}")
     print("Installing scalebook from", source)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        print(pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "")
+        print(f"Could not install scalebook from {{source}} (pip exit {{pip.returncode}}). "
+              "Check the network, or set SCALEBOOK_SOURCE to a location pip accepts "
+              "(a git URL, a local folder), then run this cell again.")
+        raise SystemExit
     importlib.invalidate_caches()
 import scalebook
 setup_info = scalebook.setup()'''
