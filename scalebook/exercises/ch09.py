@@ -1,0 +1,443 @@
+"""Chapter 9 exercises: profiling. Reference answers are computed from scalebook
+(:mod:`scalebook.profiling`, :mod:`scalebook.hlo`), never typed in."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import hlo, profiling
+from ..collectives import ring_bytes
+from ..hardware import get_chip
+from ..models import get_model
+from .core import CORRECT, UNANSWERED, WRONG, Exercise, register
+from .kinds import ChoiceExercise, CodeExercise, MeshProgramExercise, NotAttempted, \
+    NumericExercise
+
+
+def _close(a, b, rtol=0.02):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+# 9.1 tensor-parallel all-reduces of 70B on v5p ----------------------------------------------
+_T91, _S91, _TP91 = 16384, 8192, 4
+
+
+def _ar_time_91(tp=_TP91, chip="tpu-v5p", tokens=_T91):
+    ops = profiling.predict_layer_profile("llama3-70b", chip, tokens=tokens, seq_len=_S91,
+                                          tp=tp)
+    return sum(o.time for o in ops if o.kind == "collective")
+
+
+def _ar_no_frac_91():
+    """4 all-reduces of 2 x the array with the (n - 1)/n factor left out."""
+    m = get_model("llama3-70b")
+    return 4 * 2 * 2 * _T91 * m.d_model / (2 * get_chip("tpu-v5p").ici_link_bandwidth)
+
+
+register(NumericExercise(
+    id="9.1", title="Tensor-parallel all-reduces of 70B on v5p", unit="seconds", rtol=0.03,
+    reference=_ar_time_91,
+    hints=[
+        (lambda a: _close(a, 2 * _ar_time_91(), 0.03),
+         "2x too large: on a bidirectional ring half the data goes each way (divide by "
+         "2 W_ici), and the activations are bf16 (2 bytes per number)."),
+        (lambda a: _close(a, _ar_time_91() / 2, 0.03),
+         "2x too small: count all four all-reduces (two forward, two backward), and an "
+         "all-reduce sends 2 (n - 1) / n times the array, not (n - 1) / n."),
+        (lambda a: _close(a, _ar_time_91() / 4, 0.03),
+         "that is one all-reduce; the layer's step runs four."),
+        (lambda a: _close(a, _ar_no_frac_91(), 0.03),
+         "on a ring of n chips an all-reduce sends 2 (n - 1) / n of the array per chip, "
+         "not twice the array."),
+        (lambda a: _close(a, _ar_time_91(tp=8), 0.03),
+         "the group has 4 chips (tp = 4), not 8."),
+        (lambda a: _close(a, 80 * _ar_time_91(), 0.03),
+         "that is all 80 layers; the question asks for one layer."),
+    ],
+))
+
+
+# 9.2 communication share of a 70B layer on H100 ---------------------------------------------
+def _share_92(chip="gpu-h100", of_on_chip=False):
+    b = profiling.predicted_breakdown(profiling.predict_layer_profile(
+        "llama3-70b", chip, tokens=4096, seq_len=4096, tp=8))
+    return b["collective"] / ((b["total"] - b["collective"]) if of_on_chip else b["total"])
+
+
+register(NumericExercise(
+    id="9.2", title="Communication share of a 70B layer on H100", unit="fraction (0 to 1)",
+    rtol=0.02, reference=_share_92,
+    hints=[
+        (lambda a: _close(a, 100 * _share_92()), "give a fraction between 0 and 1, not a "
+                                                 "percentage."),
+        (lambda a: _close(a, _share_92(of_on_chip=True)),
+         "that is communication / on-chip work; divide by the whole step (on-chip work plus "
+         "the all-reduces)."),
+        (lambda a: _close(a, _share_92(get_chip("gpu-h100").with_(ici_links=1))),
+         "that uses one NVLink link; NVSwitch lets each GPU use all its links "
+         "(ici_bandwidth = ici_links x ici_link_bandwidth)."),
+        (lambda a: _close(a, _share_92("tpu-v5p")), "that is the TPU v5p; the question asks "
+                                                    "for an H100 node."),
+    ],
+))
+
+
+# 9.3 what bounds a matmul of a small microbatch ---------------------------------------------
+def _bound_93():
+    ops = profiling.predict_layer_profile("llama3-70b", "tpu-v5p", tokens=64, seq_len=64, tp=8)
+    return next(o.bound for o in ops if o.name == "MLP gate + up" and o.phase == "forward")
+
+
+register(ChoiceExercise(
+    id="9.3", title="A small microbatch", choices=("compute", "memory", "communication"),
+    reference=_bound_93,
+    hints={
+        "compute": "with T = 64 tokens the weights dominate the bytes and each weight byte "
+                   "serves only about T FLOPs / 2: compare that intensity with v5p's C / W_hbm.",
+        "memory": "memory-bound is right for this op.",
+        "communication": "a matmul sends nothing over the links; the all-reduces are "
+                         "separate ops after the row-split matmuls.",
+    },
+))
+
+
+# 9.4 padding of a tiled array --------------------------------------------------------------
+_SHAPE94 = (32, 8, 100, 64)
+
+
+def _padded_94(shape=_SHAPE94, tile=(8, 128), dtype="float32"):
+    return profiling.padded_bytes(shape, dtype, tile)
+
+
+register(NumericExercise(
+    id="9.4", title="Padding of a tiled array", unit="bytes", integer=True,
+    reference=_padded_94,
+    hints=[
+        (lambda a: a == _padded_94(tile=()), "that is the size without padding: the tiles "
+                                             "of the two minor dimensions are stored whole."),
+        (lambda a: a == _padded_94(tile=(1, 128)),
+         "the second-minor dimension (100) is padded too, to a multiple of 8."),
+        # padding only 100 -> 104 in f32 and padding both in bf16 give the same number
+        (lambda a: a == _padded_94(tile=(8, 1)) == _padded_94(dtype="bfloat16"),
+         "2x too small: the minor dimension (64) is padded too, to a multiple of 128, and "
+         "f32 numbers are 4 bytes each."),
+        (lambda a: a == _padded_94(tile=(8, 128, 1)),
+         "the tile covers the two minor dimensions (100 and 64), not the ones before them."),
+    ],
+))
+
+
+# 9.5 the slowest op of a trace ---------------------------------------------------------------
+def _ev(name, dur, ts, device=0, hlo_op=True, tid=1):
+    e = {"ph": "X", "pid": 1, "tid": tid, "ts": ts, "dur": dur, "name": name, "args": {}}
+    if hlo_op:
+        e["args"] = {"hlo_op": name, "hlo_module": "jit_step", "device_ordinal": str(device)}
+    return e
+
+
+def _synthetic_trace(ops, extra=(), devices=4):
+    """ops: [(name, n events per device, duration us)], extra: non-HLO (name, dur)."""
+    events = [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "python"}},
+              {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name",
+               "args": {"name": "worker"}}]
+    ts = 10.0
+    for name, n, dur in ops:
+        for d in range(devices):
+            for _ in range(n):
+                events.append(_ev(name, dur, ts, device=d, tid=2))
+                events.append({"ph": "X", "pid": 1, "tid": 2, "ts": ts + dur, "dur": 0.01,
+                               "name": "end: " + name, "args": {"device_ordinal": str(d)}})
+                ts += dur + 1
+    for name, dur in extra:
+        events.append(_ev(name, dur, 5.0, hlo_op=False, tid=1))
+    return {"displayTimeUnit": "ns", "traceEvents": events}
+
+
+def _real_trace_json():
+    """A real profile of a small sharded program (collected once, when first needed)."""
+    import shutil
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+
+    from ..mesh import make_mesh
+
+    mesh = make_mesh((8,), ("x",))
+    a = jax.device_put(jnp.ones((128, 256)), jax.NamedSharding(mesh, jax.P(None, "x")))
+    b = jax.device_put(jnp.ones((256, 64)), jax.NamedSharding(mesh, jax.P("x", None)))
+    f = jax.jit(lambda a, b: jnp.tanh(a @ b) * 2)
+    jax.block_until_ready(f(a, b))
+    folder = tempfile.mkdtemp(prefix="scalebook-ex95-")
+    try:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(2):
+                jax.block_until_ready(f(a, b))
+        return profiling._read_json(profiling.find_trace_file(folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _slowest_ref(trace_json):
+    return profiling.load_trace(trace_json).summary("op")[0].key
+
+
+def _longest_event(trace_json):
+    evs = [e for e in trace_json["traceEvents"] if e.get("ph") == "X"
+           and "hlo_op" in (e.get("args") or {})]
+    return max(evs, key=lambda e: e["dur"])["args"]["hlo_op"]
+
+
+def _most_events(trace_json):
+    from collections import Counter
+    c = Counter(e["args"]["hlo_op"] for e in trace_json["traceEvents"]
+                if e.get("ph") == "X" and "hlo_op" in (e.get("args") or {}))
+    return c.most_common(1)[0][0]
+
+
+def _non_hlo_names(trace_json):
+    return {e.get("name") for e in trace_json["traceEvents"]
+            if e.get("ph") == "X" and "hlo_op" not in (e.get("args") or {})}
+
+
+_CASES_95 = [
+    # fusion.1 has the largest total; all-reduce the longest single event; ynn_fusion.2
+    # the most events; a step annotation and a runtime event outlast everything.
+    (_synthetic_trace([("ynn_fusion.2", 4, 4.0), ("fusion.1", 2, 10.0),
+                       ("all-reduce", 1, 15.0), ("copy.3", 1, 1.0)],
+                      extra=[("step", 900.0), ("ThunkExecutor::Execute", 400.0)]),),
+    (_synthetic_trace([("all-reduce.7", 1, 50.0), ("ynn_fusion.1", 3, 20.0),
+                       ("multiply_add_fusion", 6, 2.0)], extra=[("train", 5000.0)],
+                      devices=8),),
+]
+
+
+class _Lazy(list):
+    """Cases built only when a check first reaches them (compiling or profiling takes a
+    moment): the list holds those built so far, ``make()`` yields the rest."""
+
+    def __init__(self, ready, make):
+        super().__init__(ready)
+        self._make, self._rest = make, None
+
+    def __iter__(self):
+        i = 0
+        while True:
+            if i < list.__len__(self):
+                yield list.__getitem__(self, i)
+                i += 1
+                continue
+            if self._rest is None:
+                self._rest = iter(self._make())
+            nxt = next(self._rest, None)
+            if nxt is None:
+                return
+            self.append(nxt)
+
+    def __len__(self):
+        for _ in self:       # build everything (only for messages that print the count)
+            pass
+        return list.__len__(self)
+
+
+register(CodeExercise(
+    id="9.5", title="The slowest op of a trace", reference=_slowest_ref,
+    cases=_Lazy(_CASES_95, lambda: [(_real_trace_json(),)]), compare=lambda got, want: got == want,
+    describe=lambda t: f"a trace of {len(t['traceEvents'])} events",
+    hints=[
+        (lambda got, want, args: got in _non_hlo_names(args[0]),
+         "that event is not an HLO op: count only events whose args have an 'hlo_op'."),
+        (lambda got, want, args: got == _longest_event(args[0]),
+         "that op has the longest single event; add up the durations of all events of "
+         "each op (every step, every device)."),
+        (lambda got, want, args: got == _most_events(args[0]),
+         "that op has the most events; compare total durations, not counts."),
+        (lambda got, want, args: not isinstance(got, str),
+         "return the op's name, a string such as 'fusion.1'."),
+    ],
+))
+
+
+# 9.6 count the fusions ------------------------------------------------------------------------
+def _program_texts():
+    import jax
+    import jax.numpy as jnp
+
+    f32 = jnp.float32
+    S = jax.ShapeDtypeStruct
+
+    def scanned(w, x):
+        return jax.lax.scan(lambda c, wi: (jnp.tanh(c @ wi), None), x, w)[0]
+
+    def mlp_layer(x, w, b):
+        return jax.nn.gelu(x @ w + b)
+
+    def softmax_mm(x, w):
+        return jax.nn.softmax(x @ w, axis=-1) @ w.T
+
+    def chain(x):
+        for _ in range(5):
+            x = jnp.sin(x) * 2 + 1
+        return x
+
+    progs = [(scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
+             (mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
+             (softmax_mm, (S((16, 32), f32), S((32, 64), f32))),
+             (chain, (S((1000,), f32),))]
+    for fn, a in progs:
+        yield (jax.jit(fn).lower(*a).compile().as_text(),)
+
+
+def _entry_only(text):
+    return sum(1 for o in hlo.ops(text) if o.opcode == "fusion" and
+               o.computation == _entry_name(text))
+
+
+def _entry_name(text):
+    import re
+    m = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M)
+    return m.group(1) if m else None
+
+
+register(CodeExercise(
+    id="9.6", title="Count the fusions", reference=hlo.count_fusions, cases=_Lazy([], _program_texts),
+    compare=lambda got, want: not isinstance(got, bool) and got == want,
+    describe=lambda t: f"the program {hlo.hlo_text(t).split(',')[0].split()[-1]}",
+    hints=[
+        (lambda got, want, args: got == hlo_text_count(args[0], "fusion"),
+         "counting the word 'fusion' also counts instruction names (ynn_fusion) and "
+         "calls=%fused_computation attributes: count instructions whose opcode is fusion."),
+        (lambda got, want, args: got == hlo_text_count(args[0], "kind=kLoop"),
+         "matmuls are fusions too on this CPU (kind=kCustom), and reductions may be kInput."),
+        (lambda got, want, args: got == _entry_only(args[0]),
+         "the loop's fusions are in the while body and condition, not in the entry "
+         "computation: count those too."),
+        (lambda got, want, args: got == hlo_text_count(args[0], "%fused_computation") ,
+         "that counts the fused computations and the calls to them; count the fusion "
+         "instructions."),
+    ],
+))
+
+
+def hlo_text_count(text, word):
+    return text.count(word)
+
+
+# 9.7 remove the all-gather ---------------------------------------------------------------------
+class _UnderMesh:
+    """A jitted function that is lowered inside ``jax.set_mesh(mesh)`` (so that a bare
+    PartitionSpec in a sharding constraint refers to the exercise's mesh)."""
+
+    def __init__(self, fn, mesh):
+        self.fn, self.mesh = fn, mesh
+
+    def lower(self, *args):
+        import jax
+        with jax.set_mesh(self.mesh):
+            return self.fn.lower(*args)
+
+
+def _build_97(answer, case, mesh):
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    B, D, F = case
+    rng = np.random.default_rng(B + D + F)
+    x = jax.device_put(rng.standard_normal((B, D), dtype=np.float32),
+                       NamedSharding(mesh, P(("x", "y"), None)))
+    w1 = jax.device_put(rng.standard_normal((D, F), dtype=np.float32), NamedSharding(mesh, P()))
+    w2 = jax.device_put(rng.standard_normal((F, D), dtype=np.float32), NamedSharding(mesh, P()))
+
+    def guarded(*a):
+        out = answer(*a)
+        if out is None:
+            raise NotAttempted
+        return out
+
+    return _UnderMesh(jax.jit(guarded), mesh), (x, w1, w2)
+
+
+def _expected_97(case, x, w1, w2):
+    import numpy as np
+    x, w1, w2 = (np.asarray(a) for a in (x, w1, w2))
+    return np.maximum(x @ w1, 0) @ w2
+
+
+def _no_comm_97(records, case):
+    if any(r.kind == "all-gather" for r in records):
+        return ("the program still gathers: a constraint (or output sharding) that "
+                "replicates h or the result makes every device collect all rows; leave the "
+                "rows split")
+    if records:
+        return "the program still communicates; each device has all it needs for its rows"
+    return None
+
+
+register(MeshProgramExercise(
+    id="9.7", title="Remove the all-gather", build=_build_97, expected=_expected_97,
+    collectives_ok=_no_comm_97, cases=[(16, 8, 32), (32, 16, 8), (64, 24, 16)],
+    describe=lambda B, D, F: f"x[{B},{D}], w1[{D},{F}], w2[{F},{D}]", rtol=1e-4,
+    error_hints=[("non-empty mesh", "pass shardings with a mesh, or better, no constraint "
+                                    "at all: the rows of x are already split.")],
+))
+
+
+# 9.8 compile once ------------------------------------------------------------------------------
+@dataclass
+class _CompileOnceExercise(Exercise):
+    lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125)
+    shapes: tuple = ((4, 8), (16,))
+    hints: list = field(default_factory=list)
+
+    def evaluate(self, answer):
+        import jax
+        import numpy as np
+
+        if answer is Ellipsis or answer is None:
+            return self._result(UNANSWERED, "not attempted yet: write make_update, then run "
+                                            "this cell.")
+        if not callable(answer):
+            return self._result(WRONG, f"expected a function make_update(), got "
+                                       f"{type(answer).__name__}.")
+        try:
+            update = answer()
+        except Exception as e:
+            return self._result(WRONG, f"make_update() raised {type(e).__name__}: {e}")
+        if update is None:
+            return self._result(UNANSWERED, "not attempted yet: make_update() returns None.")
+        if not callable(update):
+            return self._result(WRONG, "make_update() must return a function update(w, g, lr).")
+        if not hasattr(update, "lower"):
+            return self._result(WRONG, "not yet: return a jitted function (jax.jit(...)), so "
+                                       "that the update is one compiled program.")
+        for shape in self.shapes:
+            rng = np.random.default_rng(len(shape))
+            w = rng.standard_normal(shape).astype(np.float32)
+            g = rng.standard_normal(shape).astype(np.float32)
+            try:
+                jax.block_until_ready(update(w, g, 0.5))          # the one compilation
+                n0 = profiling.compilations()
+                for lr in self.lrs:
+                    got = np.asarray(update(w, g, lr))
+                    if got.shape != w.shape or not np.allclose(got, w - lr * g, rtol=1e-5,
+                                                               atol=1e-6):
+                        return self._result(WRONG, f"not yet: wrong numbers for lr={lr} "
+                                                   f"(expected w - lr * g).")
+                extra = profiling.compilations() - n0
+            except Exception as e:
+                return self._result(WRONG, f"your function raised {type(e).__name__}: "
+                                           f"{str(e)[:300]}")
+            if extra:
+                return self._result(WRONG, f"not yet: {len(self.lrs)} new learning rates "
+                                           f"compiled {extra} new programs. lr is static "
+                                           f"(static_argnums/static_argnames, or closed over "
+                                           f"and re-jitted): pass it as an ordinary "
+                                           f"argument so JAX traces it.")
+        return self._result(CORRECT, f"correct: right numbers, and {len(self.lrs)} learning "
+                                     f"rates on {len(self.shapes)} shapes compiled once per "
+                                     f"shape.")
+
+
+register(_CompileOnceExercise(id="9.8", title="Compile once"))

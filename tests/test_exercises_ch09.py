@@ -1,0 +1,296 @@
+"""Chapter 9's exercise checks accept right answers, reject typical wrong ones with their
+specific hints, and never raise.
+
+Numeric answers are worked here by hand from the chip and model figures (closed forms, not
+the profiling functions the references use). Code answers are written here independently of
+scalebook.hlo / scalebook.profiling."""
+
+import math
+import re
+from collections import defaultdict
+
+import pytest
+
+import scalebook
+
+scalebook.setup(quiet=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import P  # noqa: E402
+
+from scalebook.exercises import evaluate  # noqa: E402
+from scalebook.hardware import get_chip  # noqa: E402
+
+v5p, h100 = get_chip("tpu-v5p"), get_chip("gpu-h100")
+# LLaMA-3 70B (paper, Table 3; heads from the reference code)
+D, F, H, K, h = 8192, 28672, 64, 8, 128
+
+# 9.1: four all-reduces of bf16 [T, d] on a bidirectional ring of 4 (torus axis)
+T1 = 16384
+AR1 = 4 * (2 * 3 / 4 * 2 * T1 * D) / (2 * v5p.ici_link_bandwidth)
+
+
+def layer_times(chip, T, S, tp, link_bw):
+    """Per-op times of the predicted layer step, by hand (bf16, roofline per op)."""
+    C, W = chip.bf16_flops, chip.hbm_bandwidth
+
+    def mm(k, n, mult=1):
+        return mult * max(2 * T * k * n / tp / C, 2 * (T * k + k * n / tp + T * n / tp) / W)
+
+    def ew(nbytes, flops, mult=1):
+        return mult * max(flops / C, nbytes / W)
+
+    qkv = H * h + 2 * K * h
+    fwd_onchip = [ew(2 * 2 * T * D, 4 * T * D), mm(D, qkv),
+                  ew(2 * 2 * T * (H + K) * h / tp, 6 * T * (H + K) * h / tp),
+                  max(4 * T * S * H * h / tp / C, 2 * T * (2 * H * h + 2 * K * h) / tp / W),
+                  mm(H * h, D), ew(2 * 3 * T * D, 5 * T * D), mm(D, 2 * F),
+                  ew(2 * 3 * T * F / tp, 5 * T * F / tp), mm(F, D), ew(2 * 3 * T * D, T * D)]
+    onchip = 3 * sum(fwd_onchip)          # backward = 2x forward, op by op
+    comm = 4 * 2 * (tp - 1) / tp * 2 * T * D / link_bw
+    return onchip, comm
+
+
+on2, comm2 = layer_times(h100, 4096, 4096, 8, h100.ici_links * h100.ici_link_bandwidth)
+
+RIGHT = {
+    "9.1": AR1,
+    "9.2": comm2 / (on2 + comm2),
+    "9.3": "memory",
+    "9.4": 32 * 8 * 104 * 128 * 4,
+}
+
+WRONG = {
+    "9.1": [2 * AR1, AR1 / 2, AR1 / 4, 80 * AR1, AR1 * 4 / 3, AR1 * (7 / 8) / (3 / 4)],
+    "9.2": [100 * RIGHT["9.2"], comm2 / on2, 0.5],
+    "9.3": ["compute", "communication"],
+    "9.4": [32 * 8 * 100 * 64 * 4, 32 * 8 * 100 * 128 * 4, 32 * 8 * 104 * 64 * 4,
+            32 * 8 * 104 * 128 * 2],
+}
+
+HINTS = {   # a typical mistake and words its hint must contain
+    "9.1": [(2 * AR1, "bidirectional"), (AR1 / 2, "four all-reduces"), (AR1 / 4, "one all-reduce"),
+            (80 * AR1, "80 layers"), (AR1 * 4 / 3, "2 (n - 1) / n"),
+            (AR1 * (7 / 8) / (3 / 4), "4 chips")],
+    "9.2": [(100 * RIGHT["9.2"], "percentage"), (comm2 / on2, "whole step")],
+    "9.3": [("compute", "intensity"), ("communication", "sends nothing")],
+    "9.4": [(32 * 8 * 100 * 64 * 4, "without padding"), (32 * 8 * 100 * 128 * 4, "multiple of 8"),
+            (32 * 8 * 104 * 64 * 4, "multiple of 128"), (32 * 8 * 104 * 128 * 2, "4 bytes")],
+    # (32 * 8 * 104 * 64 * 4 == 32 * 8 * 104 * 128 * 2: one hint names both mistakes)
+}
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_right_answers_are_accepted(ex):
+    r = evaluate(ex, RIGHT[ex])
+    assert r.correct, r
+
+
+@pytest.mark.parametrize("ex,answer", [(k, a) for k, v in WRONG.items() for a in v])
+def test_wrong_answers_are_rejected(ex, answer):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong", r
+
+
+@pytest.mark.parametrize("ex,answer,word", [(k, a, w) for k, v in HINTS.items() for a, w in v])
+def test_specific_hints(ex, answer, word):
+    msg = evaluate(ex, answer).message
+    assert word in msg, msg
+
+
+def test_9_2_one_nvlink_hint():
+    on, comm = layer_times(h100, 4096, 4096, 8, h100.ici_link_bandwidth)
+    assert "one NVLink link" in evaluate("9.2", comm / (on + comm)).message
+
+
+@pytest.mark.parametrize("ex,rtol", [("9.1", 0.03), ("9.2", 0.02)])
+def test_tolerance_boundary(ex, rtol):
+    assert evaluate(ex, RIGHT[ex] * (1 + 0.9 * rtol)).correct
+    assert evaluate(ex, RIGHT[ex] * (1 + 1.1 * rtol)).status == "wrong"
+    assert evaluate(ex, RIGHT[ex] * (1 - 1.1 * rtol)).status == "wrong"
+
+
+def test_9_4_is_exact():
+    assert evaluate("9.4", RIGHT["9.4"] + 1).status == "wrong"
+    assert evaluate("9.4", RIGHT["9.4"] + 0.5).status == "wrong"
+
+
+@pytest.mark.parametrize("ex", [f"9.{i}" for i in range(1, 9)])
+def test_ellipsis_is_not_attempted(ex):
+    assert evaluate(ex, ...).status == "not attempted"
+
+
+@pytest.mark.parametrize("ex", ["9.1", "9.2", "9.4"])
+@pytest.mark.parametrize("bad", ["1e-3", None, float("nan"), [1.0]])
+def test_malformed_numeric_answers(ex, bad):
+    r = evaluate(ex, bad)
+    assert r.status == "wrong" and r.message
+
+
+@pytest.mark.parametrize("bad", [None, 3, "Memory bound"])
+def test_malformed_choice(bad):
+    r = evaluate("9.3", bad)
+    assert r.status == "wrong" and "one of" in r.message
+    assert evaluate("9.3", " Memory ").correct
+
+
+# ------------------------------------------------------------------------------------------
+# 9.5 the slowest op of a trace
+# ------------------------------------------------------------------------------------------
+
+def slowest_op(trace_json):
+    total = defaultdict(float)
+    for e in trace_json["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and "hlo_op" in args:
+            total[args["hlo_op"]] += e["dur"]
+    return max(total, key=total.get)
+
+
+def longest_event(trace_json):
+    evs = [e for e in trace_json["traceEvents"] if "hlo_op" in (e.get("args") or {})]
+    return max(evs, key=lambda e: e["dur"])["args"]["hlo_op"]
+
+
+def most_events(trace_json):
+    n = defaultdict(int)
+    for e in trace_json["traceEvents"]:
+        if "hlo_op" in (e.get("args") or {}):
+            n[e["args"]["hlo_op"]] += 1
+    return max(n, key=n.get)
+
+
+def any_event(trace_json):
+    total = defaultdict(float)
+    for e in trace_json["traceEvents"]:
+        if e.get("ph") == "X":
+            total[e["name"]] += e["dur"]
+    return max(total, key=total.get)
+
+
+def test_9_5_right_answer():
+    r = evaluate("9.5", slowest_op)
+    assert r.correct and "3 test inputs" in r.message, r
+
+
+@pytest.mark.parametrize("fn,word", [(longest_event, "single event"),
+                                     (most_events, "most events"),
+                                     (any_event, "not an HLO op"),
+                                     (lambda t: 3, "string")])
+def test_9_5_wrong_answers_with_hints(fn, word):
+    r = evaluate("9.5", fn)
+    assert r.status == "wrong" and word in r.message, r
+
+
+def test_9_5_malformed():
+    assert evaluate("9.5", lambda t: None).status == "not attempted"
+    assert "raised KeyError" in evaluate("9.5", lambda t: t["events"]).message
+    assert evaluate("9.5", "fusion.1").status == "wrong"
+
+
+# ------------------------------------------------------------------------------------------
+# 9.6 count the fusions
+# ------------------------------------------------------------------------------------------
+
+def n_fusions(text):
+    """Fusion instructions in ENTRY and in the computations its while loops run."""
+    comps, current, entry = defaultdict(list), None, None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        if m and "=" not in line.split("(")[0]:
+            current = m.group(2)
+            entry = current if m.group(1) else entry
+            continue
+        if current and "=" in line:
+            comps[current].append(line)
+    todo, seen, count = [entry], {entry}, 0
+    while todo:
+        comp = todo.pop()
+        for line in comps[comp]:
+            if re.search(r"=\s*\S+\s+fusion\(", line):
+                count += 1
+            if re.search(r"\swhile\(", line):
+                for c in re.findall(r"(?:body|condition)=%?([\w.\-]+)", line):
+                    if c not in seen:
+                        seen.add(c)
+                        todo.append(c)
+    return count
+
+
+def entry_only(text):
+    body = text[text.index("\nENTRY"):]
+    return len(re.findall(r"=\s*\S+\s+fusion\(", body))
+
+
+def test_9_6_right_answer():
+    r = evaluate("9.6", n_fusions)
+    assert r.correct and "4 test inputs" in r.message, r
+
+
+@pytest.mark.parametrize("fn,word", [(lambda t: t.count("fusion"), "instruction names"),
+                                     (lambda t: t.count("kind=kLoop"), "kCustom"),
+                                     (entry_only, "while body")])
+def test_9_6_wrong_answers_with_hints(fn, word):
+    r = evaluate("9.6", fn)
+    assert r.status == "wrong" and word in r.message, r
+
+
+def test_9_6_malformed():
+    assert evaluate("9.6", lambda t: None).status == "not attempted"
+    assert evaluate("9.6", lambda t: True).status == "wrong"
+    assert evaluate("9.6", 5).status == "wrong"
+
+
+# ------------------------------------------------------------------------------------------
+# 9.7 remove the all-gather
+# ------------------------------------------------------------------------------------------
+
+def mlp_slow(x, w1, w2):
+    h = jax.nn.relu(x @ w1)
+    h = jax.lax.with_sharding_constraint(h, P())
+    return h @ w2
+
+
+def mlp_replicated_out(x, w1, w2):
+    return jax.lax.with_sharding_constraint(jax.nn.relu(x @ w1) @ w2, P())
+
+
+def test_9_7_right_answer():
+    r = evaluate("9.7", lambda x, w1, w2: jnp.maximum(x @ w1, 0) @ w2)
+    assert r.correct, r
+
+
+@pytest.mark.parametrize("fn", [mlp_slow, mlp_replicated_out])
+def test_9_7_all_gather_is_rejected_with_hint(fn):
+    r = evaluate("9.7", fn)
+    assert r.status == "wrong" and "still gathers" in r.message, r
+
+
+def test_9_7_wrong_numbers_and_malformed():
+    assert "wrong numbers" in evaluate("9.7", lambda x, w1, w2: (x @ w1) @ w2).message
+    assert evaluate("9.7", lambda x, w1, w2: None).status == "not attempted"
+    assert evaluate("9.7", "mlp").status == "wrong"
+
+
+# ------------------------------------------------------------------------------------------
+# 9.8 compile once
+# ------------------------------------------------------------------------------------------
+
+def test_9_8_right_answer():
+    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * g))
+    assert r.correct, r
+
+
+def test_9_8_static_lr_is_rejected_with_hint():
+    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * g, static_argnums=2))
+    assert r.status == "wrong" and "static" in r.message, r
+
+
+def test_9_8_other_mistakes():
+    assert "jitted" in evaluate("9.8", lambda: (lambda w, g, lr: w - lr * g)).message
+    assert "wrong numbers" in evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w + lr * g)).message
+    assert evaluate("9.8", lambda: None).status == "not attempted"
+    assert "raised" in evaluate("9.8", lambda: 1 / 0).message
+    assert evaluate("9.8", 3).status == "wrong"
+    assert evaluate("9.8", lambda: 3).status == "wrong"
