@@ -132,7 +132,7 @@ register(NumericExercise(
 
 # 10.5 ------------------------------------------------------------------------------------
 register(ChoiceExercise(
-    id="10.5", title="Which to=?", choices=("varying", "invarying", "reduced"),
+    id="10.5", title="The to= argument of all_gather", choices=("varying", "invarying", "reduced"),
     reference=lambda: "invarying",
     hints={"varying": "'varying' is the default, and it is what makes shard_map refuse: the "
                       "result is typed as differing between the devices of 'y'.",
