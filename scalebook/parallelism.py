@@ -42,7 +42,8 @@ __all__ = [
     "training_memory_per_chip", "largest_model_per_chip",
     "tp_mlp_layer_times", "tp_attention_check", "max_tp_degree",
     "fsdp_tp_layer_times", "optimal_fsdp_degree", "fsdp_tp_critical_batch", "best_2d_split",
-    "check_pipeline", "bubble_fraction", "pipeline_schedule", "pipeline_activation_microbatches",
+    "check_pipeline", "bubble_fraction", "pipeline_schedule", "simulate_schedule",
+    "pipeline_activation_microbatches",
     "moe_capacity", "tokens_dropped", "moe_critical_batch", "moe_all_to_all_bytes",
     "moe_layer_times",
     "ring_attention_min_block", "ring_attention_step_times",
@@ -535,6 +536,45 @@ def pipeline_schedule(n_stages: int, n_microbatches: int, kind: str = "gpipe") -
                     order.append(("F", f_next))
                     f_next += 1
         orders.append(order)
+    return simulate_schedule(orders, kind=kind)
+
+
+def _check_orders(orders):
+    if not isinstance(orders, (list, tuple)) or not orders:
+        raise ValueError("orders must be a non-empty list with one list of jobs per stage")
+    P = len(orders)
+    M = None
+    for p, order in enumerate(orders):
+        if not isinstance(order, (list, tuple)):
+            raise ValueError(f"orders[{p}] must be a list of jobs such as ('F', 0) or ('B', 0)")
+        jobs = []
+        for job in order:
+            if (not isinstance(job, (list, tuple)) or len(job) != 2 or job[0] not in ("F", "B")
+                    or isinstance(job[1], bool) or not isinstance(job[1], numbers.Integral)):
+                raise ValueError(f"orders[{p}] has {job!r}; a job is ('F', microbatch) or "
+                                 f"('B', microbatch)")
+            jobs.append((job[0], int(job[1])))
+        m = len(jobs) // 2
+        M = m if M is None else M
+        want = sorted([("F", i) for i in range(M)] + [("B", i) for i in range(M)])
+        if sorted(jobs) != want or m != M:
+            raise ValueError(f"stage {p} must run the forward and the backward of each of the "
+                             f"{M} microbatches exactly once")
+        for i in range(M):
+            if jobs.index(("B", i)) < jobs.index(("F", i)):
+                raise ValueError(f"stage {p} runs the backward of microbatch {i} before its "
+                                 f"forward")
+    return P, M
+
+
+def simulate_schedule(orders, kind: str = "custom") -> Schedule:
+    """Run per-stage job lists (``orders[p]`` = [("F", 0), ("F", 1), ("B", 0), ...]) step by
+    step: each stage takes its next job at the first step its input is ready (the forward of
+    a microbatch after that on the previous stage, the backward after that on the next
+    stage, or after its own forward on the last stage). Refuses a job list that cannot
+    finish (a stage waiting for a job another stage will never run first)."""
+    P, M = _check_orders(orders)
+    orders = [[(j[0], int(j[1])) for j in o] for o in orders]
     done = {}                                   # (kind, stage, mb) -> step it finished
     pos = [0] * P
     grid = [[] for _ in range(P)]
@@ -558,8 +598,9 @@ def pipeline_schedule(n_stages: int, n_microbatches: int, kind: str = "gpipe") -
                 done[(job[0], p, job[1])] = step
                 pos[p] += 1
         step += 1
-        if step > 4 * (M + P) + 8:               # pragma: no cover - a bug, not an input
-            raise RuntimeError("pipeline schedule did not finish")
+        if step > 2 * M * P + 2 * P + 2:
+            raise ValueError("these job lists deadlock: some stage waits for a job that "
+                             "another stage has queued behind a job that waits for it")
     return Schedule(kind, P, M, tuple(tuple(r) for r in grid))
 
 

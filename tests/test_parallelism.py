@@ -204,6 +204,23 @@ def test_schedule_text():
     assert text.splitlines()[0] == "stage 0: F0 F1  .  . b1 b0"
 
 
+def test_simulate_schedule_bad_orders():
+    good = [[("F", 0), ("B", 0)], [("F", 0), ("B", 0)]]
+    assert par.simulate_schedule(good).steps == 4
+    with pytest.raises(ValueError, match="exactly once"):
+        par.simulate_schedule([[("F", 0)], [("F", 0), ("B", 0)]])
+    with pytest.raises(ValueError, match="before its forward"):
+        par.simulate_schedule([[("B", 0), ("F", 0)], [("F", 0), ("B", 0)]])
+    with pytest.raises(ValueError, match="a job is"):
+        par.simulate_schedule([[("X", 0), ("B", 0)]])
+    with pytest.raises(ValueError, match="non-empty"):
+        par.simulate_schedule([])
+    # stage 0 insists on the backward of 0 before the forward of 1, stage 1 on F1 before B0
+    dead = [[("F", 0), ("B", 0), ("F", 1), ("B", 1)], [("F", 0), ("F", 1), ("B", 0), ("B", 1)]]
+    with pytest.raises(ValueError, match="deadlock"):
+        par.simulate_schedule(dead)
+
+
 def test_pipeline_bad_input():
     assert par.check_pipeline(8, 4) == 2
     with pytest.raises(ValueError, match="more than n_layers"):
