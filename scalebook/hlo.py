@@ -702,8 +702,8 @@ class Op:
 
     def __str__(self) -> str:
         kind = f" {self.fusion_kind}" if self.fusion_kind else ""
-        return (f"{self.name:<28} {self.opcode + kind:<16} {self.shape:<18} {self.category:<13} "
-                f"{self.flops:10.3g} FLOPs {self.bytes:10.3g} B")
+        return (f"{self.name:<26} {self.opcode + kind:<15} {self.shape:<15} {self.category:<12} "
+                f"{self.flops:9.3g} FLOPs {self.bytes:9.3g} B")
 
 
 def _dot_flops(ins, table) -> float:
