@@ -254,3 +254,24 @@ def test_record_time_by_hand():
         sh.record_time("all-gather", "tpu-v5p")
     with pytest.raises(ValueError, match="chip"):
         sh.record_time(ag)
+
+
+def test_real_size_training_layer_collectives_by_hand():
+    """The manual layer lowered on a 16 x 8 abstract mesh at LLaMA-3 70B's shapes: seven weight
+    all-gathers over 'data' and two activation all-reduces over 'model', bytes worked by hand."""
+    am = AbstractMesh((16, 8), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    st = sh.layer_structs(get_model("llama3-70b"), am, "train", 16, 4096)
+    p = {k: v for k, v in st.items() if k.startswith("w")}
+    lowered = sh.layer_fn("manual", "train", am).trace(p, st["x"]).lower(
+        lowering_platforms=("cpu",))
+    recs = sh.lowered_collectives(lowered)
+    D, F, H, K, h = 8192, 28672, 64, 8, 128
+    weights = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F) * 2      # bf16 bytes
+    ag = [r for r in recs if r.kind == "all-gather"]
+    ar = [r for r in recs if r.kind == "all-reduce"]
+    assert len(ag) == 7 and len(ar) == 2 and len(recs) == 9
+    assert all(r.group_size == 16 for r in ag) and all(r.group_size == 8 for r in ar)
+    assert math.isclose(sum(r.bytes_per_device for r in ag), 15 / 16 * weights / 8)
+    for r in ar:
+        assert r.operand_shapes == ("bf16[1,4096,8192]",)
+        assert math.isclose(r.bytes_per_device, 2 * 7 / 8 * 4096 * D * 2)
