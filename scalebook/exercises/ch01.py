@@ -8,51 +8,120 @@ from .. import roofline as rl
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+from .kinds import ChoiceExercise, CodeExercise, VariedNumericExercise, as_number
 
 
 def _close(a, b, rtol=0.03):
     return math.isclose(a, b, rel_tol=rtol)
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers are
+# each exercise's ``params``; an assignment draws others from ``choose``.
+_ALL_CHIPS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-a100", "gpu-h100", "gpu-h200",
+              "gpu-b200")
+_MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
+_DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp32": 4}
+
+
+def _chip_name(chip, **_):
+    return {"chip_name": get_chip(chip).display_name}
+
+
+def _proj_dims(model, projection):
+    """(D, F) of a LLaMA-3 MLP projection: up/gate is [d_model, d_ff], down is [d_ff, d_model]."""
+    m = get_model(model)
+    return (m.d_model, m.d_ff) if projection in ("up", "gate") else (m.d_ff, m.d_model)
+
+
+def _model_words(model, projection, chip, **_):
+    D, F = _proj_dims(model, projection)
+    m = get_model(model)
+    return {"chip_name": get_chip(chip).display_name, "D": D, "F": F,
+            "model_name": getattr(m, "display_name", None) or model.replace("llama3-", "LLaMA-3 ").upper()
+            .replace("LLAMA-3", "LLaMA-3")}
+
+
 # 1.1 ------------------------------------------------------------------------------------
-def _ex1_parts():
-    B, D, F = 4096, 8192, 8192
-    return rl.time_bounds(rl.matmul_flops(B, D, F), rl.matmul_bytes(B, D, F), "tpu-v5p")
+def _ex1_parts(B=4096, D=8192, F=8192, chip="tpu-v5p"):
+    return rl.time_bounds(rl.matmul_flops(B, D, F), rl.matmul_bytes(B, D, F), chip)
 
 
-register(NumericExercise(
+def _ex1_hints(B, D, F, chip):
+    def parts():
+        return _ex1_parts(B, D, F, chip)
+    return [
+        (lambda a: _close(a, parts().memory), "that is the memory time. Which of the two times is larger?"),
+        (lambda a: _close(a, parts().upper), "that is the upper bound (no overlap); the lower bound assumes perfect overlap."),
+        (lambda a: _close(a, parts().compute / 2), "a matmul does 2 FLOPs (a multiply and an add) per term of the sum."),
+    ]
+
+
+register(VariedNumericExercise(
     id="1.1", title="Lower bound of one matmul", unit="s",
-    reference=lambda: _ex1_parts().lower,
-    hints=[
-        (lambda a: _close(a, _ex1_parts().memory), "that is the memory time. Which of the two times is larger?"),
-        (lambda a: _close(a, _ex1_parts().upper), "that is the upper bound (no overlap); the lower bound assumes perfect overlap."),
-        (lambda a: _close(a, _ex1_parts().compute / 2), "a matmul does 2 FLOPs (a multiply and an add) per term of the sum."),
-    ],
+    params={"B": 4096, "D": 8192, "F": 8192, "chip": "tpu-v5p"},
+    choose={"B": (1024, 2048, 4096, 8192), "D": (4096, 8192, 16384), "F": (8192, 14336, 28672),
+            "chip": _ALL_CHIPS},
+    solve=lambda B, D, F, chip: _ex1_parts(B, D, F, chip).lower, hints_for=_ex1_hints,
+    describe=_chip_name,
+    statement="One {chip_name} chip multiplies bf16 matrices $X[{B}, {D}]$ and $Y[{D}, {F}]$. Assuming "
+              "perfect overlap of compute and memory traffic, what is the lower bound on its run "
+              "time, in seconds?",
 ))
 
 
 # 1.2 ------------------------------------------------------------------------------------
-def _ex2():
-    N, s = 1_000_000, 2
-    return rl.arithmetic_intensity(N, 3 * N * s)
+# op -> (formula, FLOPs per element, vectors in HBM, in words)
+_VECTOR_OPS = {"add": ("z = x + y", 1, 3, "three"),
+               "axpy": ("z = a x + y", 2, 3, "three (the scalar $a$ is negligible)"),
+               "fma": ("z = x \\odot y + w", 2, 4, "four")}
 
 
-register(NumericExercise(
-    id="1.2", title="Intensity of a vector add", unit="FLOPs/byte", reference=_ex2,
-    hints=[
-        (lambda a: _close(a, 0.25), "the output vector must be written to HBM too."),
-        (lambda a: _close(a, 1 / 3), "each bf16 element takes 2 bytes."),
-    ],
+def _ex2(N=1_000_000, dtype="bf16", op="add"):
+    s = _DTYPE_BYTES[dtype]
+    _, k, v, _ = _VECTOR_OPS[op]
+    return rl.arithmetic_intensity(k * N, v * N * s)
+
+
+def _ex2_hints(N, dtype, op="add"):
+    s = _DTYPE_BYTES[dtype]
+    _, k, v, _ = _VECTOR_OPS[op]
+    wrong = 1 if s == 2 else 2
+    return [
+        (lambda a: _close(a, k / ((v - 1) * s)), "the output vector must be written to HBM too."),
+        (lambda a: _close(a, k / (v * wrong)), f"each {dtype} element takes {s} bytes."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="1.2", title="Intensity of a vector add", unit="FLOPs/byte",
+    params={"N": 1_000_000, "dtype": "bf16", "op": "add"},
+    choose={"N": (1_000_000, 4_000_000, 16_000_000), "dtype": ("fp8", "bf16", "fp32"),
+            "op": tuple(_VECTOR_OPS)},
+    solve=_ex2, hints_for=_ex2_hints,
+    describe=lambda N, dtype, op: {"formula": _VECTOR_OPS[op][0], "vectors": _VECTOR_OPS[op][3]},
+    statement="What is the arithmetic intensity of ${formula}$ for {dtype} vectors of {N:,} "
+              "elements, with all {vectors} vectors in HBM? Answer in FLOPs per byte.",
 ))
 
 
 # 1.3 ------------------------------------------------------------------------------------
-register(NumericExercise(
+def _ex3_hints(chip, dtype):
+    return [(lambda a: _close(a, get_chip(chip).critical_intensity),
+             f"that is the bf16 critical intensity; {dtype} has its own peak FLOP/s.")]
+
+
+def _has_peak(chip, dtype):
+    return getattr(get_chip(chip), f"{dtype}_flops", None) is not None
+
+
+register(VariedNumericExercise(
     id="1.3", title="Critical intensity in fp8", unit="FLOPs/byte",
-    reference=lambda: get_chip("gpu-h100").critical_intensity_for("fp8"),
-    hints=[(lambda a: _close(a, get_chip("gpu-h100").critical_intensity),
-            "that is the bf16 critical intensity; fp8 has its own peak FLOP/s.")],
+    params={"chip": "gpu-h100", "dtype": "fp8"},
+    choose={"chip": _ALL_CHIPS, "dtype": ("fp8", "int8")},
+    solve=lambda chip, dtype: get_chip(chip).critical_intensity_for(dtype),
+    hints_for=_ex3_hints, valid=_has_peak, describe=_chip_name,
+    statement="One {chip_name} chip multiplies {dtype} matrices at its dense {dtype} peak. How many "
+              "FLOPs per HBM byte must such a matmul do to be compute-bound?",
 ))
 
 
@@ -62,15 +131,34 @@ def _down_proj():
     return m.d_ff, m.d_model
 
 
-register(NumericExercise(
-    id="1.4", title="Smallest compute-bound batch on an H100", unit="tokens", integer=True,
-    reference=lambda: rl.critical_batch(*_down_proj(), "gpu-h100"),
-    hints=[
-        (lambda a: abs(a - get_chip("gpu-h100").critical_intensity) < 2,
+def _batch_ok(model, projection, chip, **kw):
+    try:
+        rl.critical_batch(*_proj_dims(model, projection), chip, **kw)
+    except ValueError:
+        return False
+    return True
+
+
+def _ex4_hints(model, projection, chip):
+    dims = _proj_dims(model, projection)
+    return [
+        (lambda a: abs(a - get_chip(chip).critical_intensity) < 2,
          "B ~ I* is the approximation for B << D, F. Solve the inequality with all three byte terms."),
-        (lambda a: a == rl.critical_batch(*_down_proj(), "gpu-h100") - 1,
+        (lambda a: a == rl.critical_batch(*dims, chip) - 1,
          "one short: at that batch the intensity is still just below I*. Round up."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="1.4", title="Smallest compute-bound batch on an H100", unit="tokens", integer=True,
+    params={"model": "llama3-70b", "projection": "down", "chip": "gpu-h100"},
+    choose={"model": _MODELS, "projection": ("up", "down"),
+            "chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")},
+    solve=lambda model, projection, chip: rl.critical_batch(*_proj_dims(model, projection), chip),
+    hints_for=_ex4_hints, valid=_batch_ok, describe=_model_words,
+    statement="{model_name}'s {projection} projection multiplies $X[B, {D}]$ by $W[{D}, {F}]$ in "
+              "bf16. What is the smallest whole number of tokens $B$ for which it is compute-bound "
+              "on one {chip_name}? Count all three arrays' bytes. Answer in tokens.",
 ))
 
 
@@ -80,49 +168,99 @@ def _up_proj():
     return m.d_model, m.d_ff
 
 
-register(NumericExercise(
-    id="1.5", title="int8 weights halve the batch", unit="tokens", integer=True,
-    reference=lambda: rl.critical_batch(*_up_proj(), "tpu-v5e", bytes_per_element=2,
-                                        weight_bytes_per_element=1),
-    hints=[
-        (lambda a: a == rl.critical_batch(*_up_proj(), "tpu-v5e"),
+def _ex5(model, projection, chip):
+    return rl.critical_batch(*_proj_dims(model, projection), chip, bytes_per_element=2,
+                             weight_bytes_per_element=1)
+
+
+def _ex5_hints(model, projection, chip):
+    dims = _proj_dims(model, projection)
+    return [
+        (lambda a: a == rl.critical_batch(*dims, chip),
          "that is the answer with bf16 weights. The weights now take 1 byte each."),
-        (lambda a: a == rl.critical_batch(*_up_proj(), "tpu-v5e", dtype="int8",
+        (lambda a: a == rl.critical_batch(*dims, chip, dtype="int8",
                                           bytes_per_element=2, weight_bytes_per_element=1),
          "the arithmetic is still done in bf16, so use the bf16 peak."),
-    ],
+    ]
+
+
+def _ex5_ok(model, projection, chip):
+    return (_has_peak(chip, "int8") and _batch_ok(model, projection, chip)
+            and _batch_ok(model, projection, chip, dtype="int8", bytes_per_element=2,
+                          weight_bytes_per_element=1))
+
+
+register(VariedNumericExercise(
+    id="1.5", title="int8 weights halve the batch", unit="tokens", integer=True,
+    params={"model": "llama3-70b", "projection": "up", "chip": "tpu-v5e"},
+    choose={"model": _MODELS, "projection": ("up", "down"),
+            "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")},
+    solve=_ex5, hints_for=_ex5_hints, valid=_ex5_ok, describe=_model_words,
+    statement="The weights of {model_name}'s {projection} projection, $W[{D}, {F}]$, are stored "
+              "in int8 (1 byte) while the activations $X[B, {D}]$ and the output stay bf16 and "
+              "the arithmetic is done in bf16. What is the smallest batch $B$ that makes this "
+              "matmul compute-bound on one {chip_name}? Answer in tokens.",
 ))
 
 
 # 1.6 ------------------------------------------------------------------------------------
-register(NumericExercise(
-    id="1.6", title="When does the all-reduce hide?", unit="elements of D", rtol=0.03,
-    reference=lambda: rl.min_contraction_to_hide_comm("tpu-v5e"),
-    hints=[
-        (lambda a: _close(a, rl.min_contraction_to_hide_comm("tpu-v5e") * 2),
+def _ex6_hints(chip):
+    return [
+        (lambda a: _close(a, rl.min_contraction_to_hide_comm(chip) * 2),
          "each chip does only half of the 2BDF FLOPs, but it also sends only one [B, F] partial sum."),
-        (lambda a: _close(a, rl.min_contraction_to_hide_comm("tpu-v5e") / 2),
+        (lambda a: _close(a, rl.min_contraction_to_hide_comm(chip) / 2),
          "a bf16 element of the partial sum takes 2 bytes."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="1.6", title="When does the all-reduce hide?", unit="elements of D", rtol=0.03,
+    params={"chip": "tpu-v5e"}, choose={"chip": _ALL_CHIPS},
+    solve=lambda chip: rl.min_contraction_to_hide_comm(chip), hints_for=_ex6_hints,
+    describe=lambda chip: {"chip_name": get_chip(chip).display_name,
+                           "link": "ICI" if chip.startswith("tpu") else "NVLink"},
+    statement="Two {chip_name} chips split the contraction dimension $D$ of a bf16 matmul "
+              "$X[B, D] \\cdot Y[D, F]$ in halves and exchange their $[B, F]$ partial sums over "
+              "one {link} link (both directions at once). Ignoring HBM, above what $D$ does the "
+              "exchange take no longer than the multiplication? Answer in elements of $D$.",
 ))
 
 
 # 1.7 ------------------------------------------------------------------------------------
-def _tile_answer():
-    n, crit = 16384, get_chip("tpu-v5e").critical_intensity
+def _tile_answer(n=16384, chip="tpu-v5e"):
+    crit = get_chip(chip).critical_intensity
     t = 128
     while rl.tiled_matmul_intensity(n, n, n, t, t) < crit:
         t += 128
+        if t > n:
+            raise ValueError(f"no tile of at most {n} makes this matmul compute-bound on {chip}")
     return t
 
 
-register(NumericExercise(
-    id="1.7", title="Tile size for a compute-bound matmul", unit="elements", integer=True,
-    reference=_tile_answer,
-    hints=[
+def _ex7_hints(n, chip):
+    return [
         (lambda a: a % 128 != 0, "the tile must be a multiple of 128 (the matrix unit's width)."),
-        (lambda a: a < _tile_answer(), "too small: at that tile size the intensity is still below I*."),
-    ],
+        (lambda a: a < _tile_answer(n, chip), "too small: at that tile size the intensity is still below I*."),
+    ]
+
+
+def _ex7_ok(n, chip):
+    try:
+        _tile_answer(n, chip)
+    except ValueError:
+        return False
+    return True
+
+
+register(VariedNumericExercise(
+    id="1.7", title="Tile size for a compute-bound matmul", unit="elements", integer=True,
+    params={"n": 16384, "chip": "tpu-v5e"},
+    choose={"n": (8192, 16384, 32768), "chip": _ALL_CHIPS},
+    solve=_tile_answer, hints_for=_ex7_hints, valid=_ex7_ok, describe=_chip_name,
+    statement="One {chip_name} chip multiplies two bf16 matrices of ${n} \\times {n}$ with square "
+              "$t \\times t$ output tiles (section 1.5). What is the smallest $t$, a multiple of "
+              "128, that makes the tiled matmul compute-bound? Answer in elements (the side of "
+              "the tile).",
 ))
 
 

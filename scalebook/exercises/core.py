@@ -11,6 +11,8 @@ The printed form of a result, ``✔ Exercise 1.3: correct.``, is defined once he
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib
 import numbers
 import os
@@ -22,7 +24,8 @@ from ..errors import UnknownNameError
 
 __all__ = ["CORRECT", "WRONG", "UNANSWERED", "STATUSES", "MARKS", "Result", "Exercise",
            "register", "get_exercise", "exercise_ids", "chapter_ids", "evaluate", "check",
-           "normalise_id", "parse_results", "HintError", "strict_checks"]
+           "normalise_id", "parse_results", "HintError", "strict_checks", "variant_seed",
+           "draw_variant"]
 
 CORRECT, WRONG, UNANSWERED = "correct", "wrong", "not attempted"
 STATUSES = (CORRECT, WRONG, UNANSWERED)
@@ -63,6 +66,15 @@ class Exercise:
 
     def _result(self, status: str, message: str) -> Result:
         return Result(self.id, status, message)
+
+    # Variants (opt-in; see kinds.VariedNumericExercise). An exercise without them has none.
+    def draw(self, seed: bytes) -> dict | None:
+        """The parameters of the variant that ``seed`` picks; None: this exercise has none."""
+        return None
+
+    def with_variant(self, params: dict) -> "Exercise":
+        """This exercise with other parameters (its statement and check follow them)."""
+        raise UnknownNameError(f"exercise {self.id} has no variants")
 
 
 def normalise_id(exercise_id) -> str:
@@ -156,8 +168,28 @@ def get_exercise(exercise_id) -> Exercise:
     return _REGISTRY[key]
 
 
-def evaluate(exercise_id: Any, answer: Any) -> Result:
-    """Check ``answer`` and return a Result (never raises on the answer itself)."""
+def variant_seed(secret: bytes | str, student: str, exercise_id: Any) -> bytes:
+    """HMAC-SHA256 of (exercise, student) under the instructor's secret: the seed of a
+    student's variant. Without the secret it cannot be predicted; with it, re-derived."""
+    if isinstance(secret, str):
+        secret = secret.encode()
+    if not secret:
+        raise ValueError("the instructor's secret is empty")
+    message = f"scalebook variant\0{normalise_id(exercise_id)}\0{student}".encode()
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def draw_variant(exercise_id: Any, secret: bytes | str, student: str) -> dict | None:
+    """The parameters of ``student``'s variant of an exercise (None if it has no variants)."""
+    ex = get_exercise(exercise_id)
+    return ex.draw(variant_seed(secret, student, ex.id))
+
+
+def evaluate(exercise_id: Any, answer: Any, variant: dict | None = None) -> Result:
+    """Check ``answer`` and return a Result (never raises on the answer itself).
+
+    ``variant`` (the parameters of an assignment's variant, a dict) checks the answer to
+    that variant of the exercise instead of the chapter's own numbers."""
     try:
         ex = get_exercise(exercise_id)
     except (UnknownNameError, TypeError) as e:
@@ -165,6 +197,11 @@ def evaluate(exercise_id: Any, answer: Any) -> Result:
     except Exception as e:  # the chapter's file itself is broken: say so, affect nothing else
         return Result(str(exercise_id), WRONG, f"could not load the checks of this chapter "
                                                f"({type(e).__name__}: {e}).")
+    if variant is not None:
+        try:
+            ex = ex.with_variant(variant)
+        except Exception as e:  # a variant that does not exist: the answer cannot be right
+            return Result(ex.id, WRONG, f"this variant cannot be checked ({e}).")
     try:
         return ex.evaluate(answer)
     except HintError:
@@ -173,6 +210,7 @@ def evaluate(exercise_id: Any, answer: Any) -> Result:
         return Result(ex.id, WRONG, f"could not check this answer ({type(e).__name__}: {e}).")
 
 
-def check(exercise_id: Any, answer: Any) -> None:
-    """Print whether ``answer`` to exercise ``exercise_id`` is correct, with a hint if not."""
-    print(evaluate(exercise_id, answer))
+def check(exercise_id: Any, answer: Any, variant: dict | None = None) -> None:
+    """Print whether ``answer`` to exercise ``exercise_id`` is correct, with a hint if not.
+    An assignment's notebook passes its ``variant`` (see :func:`evaluate`)."""
+    print(evaluate(exercise_id, answer, variant=variant))

@@ -6,16 +6,18 @@ raises on the answer itself. Chapters build their exercises from these in ``chNN
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+import random
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import hlo
 from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, strict_checks
 
-__all__ = ["NumericExercise", "ChoiceExercise", "CodeExercise", "MeshProgramExercise",
-           "NotAttempted", "as_number"]
+__all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
+           "MeshProgramExercise", "NotAttempted", "as_number"]
 
 
 def _hint_applies(predicate, *args) -> bool:
@@ -119,6 +121,73 @@ class NumericExercise(Exercise):
 
     def _unit_words(self) -> str:
         return f" (in {self.unit})" if self.unit else ""
+
+
+@dataclass
+class VariedNumericExercise(NumericExercise):
+    """A numeric exercise whose numbers an assignment can draw per student (opt-in).
+
+    ``params`` are the chapter's own numbers (the exercise as the chapter states it);
+    ``choose`` maps some of them to the values a variant may take; ``solve(**params)`` is
+    the reference and ``hints_for(**params)`` the hints, for any parameters;
+    ``valid(**params)`` refuses draws outside the exercise's meaning; ``statement`` is the
+    Markdown statement with ``{name}`` fields, filled from the parameters and from
+    ``describe(**params)`` (extra fields, e.g. a chip's display name).
+
+    With its own ``params`` it behaves exactly as a plain :class:`NumericExercise`
+    (``reference`` and ``hints`` are derived from them). :meth:`draw` picks a variant from
+    a seed (the grader's HMAC of secret, student and exercise: see
+    :func:`~scalebook.exercises.core.variant_seed`): never the chapter's own numbers, nor
+    numbers whose answer is the chapter's answer (within twice the tolerance).
+    """
+
+    params: dict = field(default_factory=dict)
+    choose: dict = field(default_factory=dict)
+    solve: Callable[..., float] = None
+    hints_for: Callable[..., list] = None
+    valid: Callable[..., bool] = None
+    statement: str = ""
+    describe: Callable[..., dict] = None
+
+    def __post_init__(self):
+        params = dict(self.params)
+        if self.reference is None:
+            self.reference = lambda: self.solve(**params)
+        if not self.hints and self.hints_for is not None:
+            self.hints = list(self.hints_for(**params))
+
+    def with_variant(self, params: dict) -> "VariedNumericExercise":
+        if not isinstance(params, dict):
+            raise TypeError(f"a variant is a dict of parameters, got {type(params).__name__}")
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise ValueError(f"exercise {self.id} has no parameter {', '.join(sorted(unknown))}")
+        merged = {**self.params, **params}
+        for name, value in params.items():
+            if name in self.choose and value not in self.choose[name] and value != self.params[name]:
+                raise ValueError(f"{name}={value!r} is not one of this exercise's values")
+        if self.valid is not None and not self.valid(**merged):
+            raise ValueError(f"{merged} is not a valid variant of exercise {self.id}")
+        return dataclasses.replace(self, params=merged, reference=None, hints=[])
+
+    def draw(self, seed: bytes) -> dict:
+        rng = random.Random(int.from_bytes(seed, "big"))
+        names = sorted(self.choose)
+        own = float(self.solve(**self.params))
+        for _ in range(1000):
+            params = {**self.params, **{n: rng.choice(list(self.choose[n])) for n in names}}
+            if params == self.params or (self.valid is not None and not self.valid(**params)):
+                continue
+            # The chapter's own answer must not pass: e.g. B and D swapped leave 2BDF alone.
+            if math.isclose(float(self.solve(**params)), own, rel_tol=2 * self.rtol):
+                continue
+            return params
+        raise RuntimeError(f"exercise {self.id}: no valid variant found")
+
+    def text(self) -> str:
+        """The statement of this variant, in Markdown."""
+        extra = self.describe(**self.params) if self.describe else {}
+        return self.statement.format(**self.params, **extra)
 
 
 @dataclass
