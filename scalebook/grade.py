@@ -1,118 +1,875 @@
-"""Grade a folder of filled-in chapter notebooks.
+"""Grade a class's notebooks by re-running them: nothing a notebook prints or stores counts.
 
-    python -m scalebook.grade submissions/ [--stored] [--csv grades.csv]
+    python -m scalebook.grade SUBMISSIONS... --key KEY [--secret-file FILE] [--out DIR]
+        [--points 1.1=2,1.9=3] [--jobs N] [--time-limit S] [--cell-timeout S] [--memory 4GiB]
 
-Each notebook is re-run from the top in a fresh kernel (so a grade reflects the code, not
-outputs edited by hand) and the lines printed by the exercise checks are collected. With
-``--stored`` the notebooks are not run and their saved outputs are read instead, which is
-fast but trusts the file. A student's cell that raises does not stop the run; exercises
-after it are graded as they come out.
+SUBMISSIONS are notebooks, folders of them, or zip files of them. A notebook directly in a
+folder belongs to the student named by its file name (``alice.ipynb``); a notebook in a
+sub-folder belongs to the student named by that sub-folder (``alice/anything.ipynb``). KEY
+says what is graded: the ``key.json`` that ``python -m scalebook.assign`` wrote, or a master
+notebook (a chapter, ``notebooks/01_rooflines.ipynb``), whose answer cells
+``check("1.3", answer_1_3)`` name each exercise's answer variable.
 
-Re-running executes the students' code: do it in a sandbox you are happy to run it in.
+How a grade is made, and why a student's code cannot make it:
+
+1. The notebook is read as JSON; one that is empty or not a notebook is reported
+   ("unreadable") and costs nothing else. Its stored outputs are deleted, never read.
+2. It runs in a fresh kernel of its own, in an empty temporary folder, with a memory limit
+   (RLIMIT_AS) and a CPU-time limit in the kernel process, a per-cell time limit (a cell past
+   it is interrupted and the next cell runs) and a per-notebook time limit (the worker and
+   its kernel are killed). A cell that kills the kernel (or hangs it beyond an interrupt) is
+   skipped and the notebook is run again, in a new kernel, without it.
+3. After the last cell the grader adds one cell of its own that reads each exercise's answer
+   *variable* (named by the key, not by the student's cells) and, for a function answer,
+   calls it on the check's test inputs (sent by the grader). It writes these plain values
+   (numbers, strings, tuples) to a file, one line per exercise as it goes.
+4. This process, not the kernel, checks those values with :func:`scalebook.exercises.core.evaluate`
+   imported from the installed package; for an exercise with variants it first re-derives
+   the student's variant from the instructor's secret and the student's id. A ``check`` the
+   student redefined, a printed "✔ Exercise 1.1: correct." and an edited output never reach
+   it; what the kernel can forge is only the answer itself. (Exercises of a kind whose check
+   must run next to the student's code, a program compiled on the mesh, are checked in the
+   student's kernel; their feedback says so.)
+
+Writes, in ``--out`` (default ``grading/``): ``grades.csv`` (student, exercise, status,
+points), ``feedback/STUDENT.md`` (each exercise's status, message and hint, and what went
+wrong in the run), ``logs/STUDENT.log`` (the worker's and kernel's messages, kept off the
+terminal) and ``summary.md`` (per exercise: how many right, the most common wrong hint),
+which is also printed. Statuses: correct, wrong, not attempted, missing (no answer variable
+after the run), unreadable, no submission (a student on the key's roster with no notebook).
+
+Running student code is running untrusted code: these limits stop accidents and loops, not
+an attacker. Run the grader in a container with no network and no secrets (book/instructor.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as futures
 import csv
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .exercises.core import MARKS, STATUSES, parse_results
+__all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
+           "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
+           "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
-__all__ = ["Report", "grade_notebook", "grade_paths", "main"]
+MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
+KEY_FORMAT = "scalebook-key/1"
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d+\.\d+)["']\s*,\s*([A-Za-z_]\w*)""")
 
+
+# ------------------------------------------------------------------------------------------
+# The key: what is graded
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class KeyItem:
+    id: str
+    answer: str              # the name of the answer variable in the notebook
+    points: float = 1.0
+    variant: bool = False    # drawn per student from the instructor's secret
 
 
 @dataclass
-class Report:
-    path: Path
-    results: dict = field(default_factory=dict)      # exercise id -> (status, message)
-    error: str | None = None
+class Key:
+    items: list[KeyItem]
+    title: str = ""
+    students: list[str] = field(default_factory=list)   # the roster, if the key has one
+    secret_check: str | None = None                     # tells a wrong secret from a right one
 
     @property
-    def correct(self) -> int:
-        return sum(1 for status, _ in self.results.values() if status == "correct")
+    def varied(self) -> bool:
+        return any(i.variant for i in self.items)
 
 
-def _outputs_text(nb) -> str:
-    parts = []
+def secret_check(secret: bytes) -> str:
+    """A fingerprint of the instructor's secret (the key stores it; the secret stays out)."""
+    return hmac.new(secret, b"scalebook key check", hashlib.sha256).hexdigest()[:16]
+
+
+def load_key(path) -> Key:
+    """A key from ``key.json`` (written by scalebook.assign) or from a master notebook."""
+    path = Path(path)
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if data.get("format") != KEY_FORMAT:
+            raise ValueError(f"{path} is not a scalebook key (format {data.get('format')!r})")
+        items = [KeyItem(e["id"], e["answer"], float(e.get("points", 1)), bool(e.get("variant")))
+                 for e in data["exercises"]]
+        return Key(items, data.get("title", ""), list(data.get("students", [])),
+                   data.get("secret_check"))
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    items, seen = [], set()
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                parts.append(out.get("text", ""))
-    return "".join(parts)
+        for ex_id, var in _CHECK_CALL.findall(cell.source):
+            if ex_id not in seen:
+                seen.add(ex_id)
+                items.append(KeyItem(ex_id, var))
+    if not items:
+        raise ValueError(f"{path} has no answer cells (check(\"N.M\", answer_variable))")
+    return Key(items, title=path.stem)
 
 
-def grade_notebook(path, run: bool = True, timeout: int = 600, kernel_name: str = "python3") -> Report:
-    """Grade one notebook: re-run it (default) or read its stored outputs."""
-    import nbformat
-
-    path = Path(path)
-    report = Report(path)
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as e:  # not a notebook, broken JSON: report, keep grading the others
-        report.error = f"cannot read notebook: {type(e).__name__}: {e}"
-        return report
-    if run:
-        from nbclient import NotebookClient
-
-        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
-                                resources={"metadata": {"path": str(path.parent)}})
-        try:
-            client.execute()
-        except Exception as e:
-            report.error = f"run stopped: {type(e).__name__}: {e}"
-    for result in parse_results(_outputs_text(nb)):
-        report.results[result.exercise_id] = (result.status, result.message)
-    return report
+def apply_points(key: Key, spec: str | None) -> None:
+    """``--points 1.1=2,1.9=3`` (or a JSON file {"1.1": 2}) overrides the key's points."""
+    if not spec:
+        return
+    if Path(spec).is_file():
+        table = {str(k): float(v) for k, v in json.loads(Path(spec).read_text()).items()}
+    else:
+        table = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            ex_id, _, pts = part.partition("=")
+            table[ex_id.strip()] = float(pts)
+    known = {i.id for i in key.items}
+    unknown = set(table) - known
+    if unknown:
+        raise ValueError(f"--points names exercises not in the key: {', '.join(sorted(unknown))}")
+    for item in key.items:
+        item.points = table.get(item.id, item.points)
 
 
-def grade_paths(paths, run: bool = True, timeout: int = 600) -> list[Report]:
-    files = []
-    for p in map(Path, paths):
+# ------------------------------------------------------------------------------------------
+# Submissions
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Submission:
+    student: str
+    path: Path | None
+    problem: str | None = None     # why it cannot be graded (set before running)
+
+
+def _student_of(path: Path, root: Path) -> str:
+    rel = path.relative_to(root)
+    return rel.stem if len(rel.parts) == 1 else rel.parts[0]
+
+
+def find_submissions(paths, workdir: Path) -> list[Submission]:
+    """One Submission per student; zips are unpacked under ``workdir``."""
+    found: dict[str, list[Path]] = {}
+
+    def add(root: Path, files):
+        for f in files:
+            found.setdefault(_student_of(f, root), []).append(f)
+
+    for i, p in enumerate(map(Path, paths)):
         if p.is_dir():
-            files += sorted(q for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts)
-        elif p.exists():
-            files.append(p)
+            add(p, sorted(q for q in p.rglob("*.ipynb")
+                          if ".ipynb_checkpoints" not in q.parts and "__MACOSX" not in q.parts))
+        elif p.is_file() and p.suffix == ".zip":
+            dest = workdir / f"zip{i}"
+            with zipfile.ZipFile(p) as z:
+                for member in z.namelist():     # refuse paths that climb out of dest
+                    target = (dest / member).resolve()
+                    if not target.is_relative_to(dest.resolve()):
+                        raise ValueError(f"{p}: unsafe path in zip: {member}")
+                z.extractall(dest)
+            entries = [e for e in dest.iterdir() if e.name != "__MACOSX"]
+            root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not any(
+                entries[0].glob("*.ipynb")) else dest
+            add(root, sorted(q for q in root.rglob("*.ipynb")
+                             if ".ipynb_checkpoints" not in q.parts and "__MACOSX" not in q.parts))
+        elif p.is_file():
+            add(p.parent, [p])
         else:
             raise FileNotFoundError(f"no such file or folder: {p}")
-    return [grade_notebook(f, run=run, timeout=timeout) for f in files]
+    subs = []
+    for student, files in sorted(found.items()):
+        if len(files) > 1:
+            subs.append(Submission(student, files[0], f"{len(files)} notebooks for one student "
+                                   f"({', '.join(f.name for f in files)}): hand in one"))
+        else:
+            subs.append(Submission(student, files[0]))
+    return subs
 
 
-def _key(ex_id: str):
-    return tuple(int(x) for x in ex_id.split("."))
+def read_notebook(path: Path):
+    """(notebook, None) or (None, why it is unreadable)."""
+    import nbformat
+
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        return None, f"cannot read the file: {e}"
+    if size == 0:
+        return None, "the file is empty"
+    if size > MAX_NOTEBOOK_BYTES:
+        return None, f"the file is {size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit"
+    try:
+        text = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(text, as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("no list of cells")
+    except Exception as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return None, f"not a notebook ({type(e).__name__}: {first})"
+    return nb, None
+
+
+# ------------------------------------------------------------------------------------------
+# The grader's own cell, run in the student's kernel after the student's cells
+# ------------------------------------------------------------------------------------------
+
+_COLLECTOR = r'''# Added by the grader after the student's cells: reads the answer variables.
+def _scalebook_grader_collect(spec, path, call_limit):
+    import json as _json
+    import signal as _signal
+
+    out = open(path, "a", encoding="utf-8")
+    ns = globals()
+
+    def enc(x, depth=0):
+        if x is Ellipsis:
+            return {"ellipsis": True}
+        if x is None or isinstance(x, bool):
+            return x
+        if isinstance(x, str):
+            return x[:2000]
+        if isinstance(x, (int, float)):
+            return x if not isinstance(x, int) or abs(x) < 2**63 else float(x)
+        if isinstance(x, (tuple, list)) and depth < 3 and len(x) <= 64:
+            return {"seq": [enc(v, depth + 1) for v in x], "type": type(x).__name__}
+        shape = getattr(x, "shape", None)
+        if shape == () and hasattr(x, "item"):
+            try:
+                return enc(x.item(), depth)
+            except Exception:
+                pass
+        if isinstance(shape, tuple) and len(shape) == 1 and shape[0] <= 64 and hasattr(x, "tolist"):
+            try:
+                return {"seq": [enc(v, depth + 1) for v in x.tolist()], "type": "list"}
+            except Exception:
+                pass
+        try:
+            r = repr(x)[:200]
+        except Exception:
+            r = "?"
+        return {"opaque": type(x).__name__, "repr": r}
+
+    class _Late(Exception):
+        pass
+
+    def _alarm(signum, frame):
+        raise _Late()
+
+    def emit(rec):
+        out.write(_json.dumps(rec) + "\n")
+        out.flush()
+
+    for item in spec:
+        rec = {"id": item["id"]}
+        if item["answer"] not in ns:
+            rec["missing"] = True
+            emit(rec)
+            continue
+        value = ns[item["answer"]]
+        if item["how"] == "function" and callable(value):
+            calls = []
+            for args in item["cases"]:
+                old = _signal.signal(_signal.SIGALRM, _alarm)
+                _signal.setitimer(_signal.ITIMER_REAL, call_limit)
+                try:
+                    calls.append({"value": enc(value(*args))})
+                except _Late:
+                    calls.append({"raised": ["TimeoutError", f"took more than {call_limit:g} s"]})
+                except BaseException as e:
+                    calls.append({"raised": [type(e).__name__, str(e)[:300]]})
+                finally:
+                    _signal.setitimer(_signal.ITIMER_REAL, 0)
+                    _signal.signal(_signal.SIGALRM, old)
+            rec["calls"] = calls
+        elif item["how"] == "kernel":
+            from scalebook.exercises import evaluate as _evaluate
+            r = _evaluate(item["id"], value)
+            rec["result"] = [r.status, r.message]
+        else:
+            rec["value"] = enc(value)
+        emit(rec)
+    out.close()
+
+'''
+
+
+def _how(ex_id: str) -> tuple[str, list]:
+    """How the grader checks an exercise: "value", "function" (with the test inputs) or
+    "kernel" (the check runs next to the student's code)."""
+    from .exercises import get_exercise
+    from .exercises.kinds import ChoiceExercise, CodeExercise, NumericExercise
+
+    try:
+        ex = get_exercise(ex_id)
+    except Exception:
+        return "value", []          # an unknown id: evaluate() says so, in this process
+    if isinstance(ex, (NumericExercise, ChoiceExercise)):
+        return "value", []
+    if isinstance(ex, CodeExercise):
+        cases = [list(c) for c in ex.cases]
+        try:
+            if json.loads(json.dumps(cases)) == cases:
+                return "function", cases
+        except (TypeError, ValueError):
+            pass
+    return "kernel", []
+
+
+def collector_source(key: Key, records: Path, call_limit: float) -> str:
+    """The grader's cell: the collector, with the exercises' answer names and test inputs."""
+    spec = []
+    for item in key.items:
+        how, cases = _how(item.id)
+        spec.append({"id": item.id, "answer": item.answer, "how": how, "cases": cases})
+    return (_COLLECTOR + f"\n\n_scalebook_grader_collect(__import__('json').loads("
+            f"{json.dumps(spec)!r}), {str(records)!r}, {float(call_limit)!r})\n")
+
+
+# ------------------------------------------------------------------------------------------
+# The worker: one notebook, one kernel at a time (a subprocess of the grader)
+# ------------------------------------------------------------------------------------------
+
+def _kernel_spec_dir(tmp: Path, memory: int, cpu: int) -> Path:
+    d = tmp / "kernels" / "scalebook-grader"
+    d.mkdir(parents=True)
+    argv = [sys.executable, "-m", "scalebook.grade", "--kernel", str(memory), str(cpu),
+            "-f", "{connection_file}"]
+    (d / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "grader",
+                                               "language": "python"}))
+    return tmp / "kernels"
+
+
+def _run_kernel(argv: list[str]) -> None:
+    """The kernel process: set the limits, then become an ipykernel."""
+    import resource
+
+    memory, cpu = int(argv[0]), int(argv[1])
+    if memory > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if cpu > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    from ipykernel.kernelapp import launch_new_instance
+
+    launch_new_instance(argv=argv[2:])
+
+
+_TIMEOUT_ENAME = "GraderCellTimeout"
+
+
+def _run_once(nb, spec: dict, skip: set, kernels: Path, log) -> dict:
+    """Run every cell not in ``skip``, then the collector. Returns what happened."""
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    records = Path(spec["records"])
+    records.write_text("")
+    deadline = spec["started"] + spec["time_limit"] - spec["reserve"]
+    ksm = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
+    km = AsyncKernelManager(kernel_name="scalebook-grader", kernel_spec_manager=ksm)
+    client = NotebookClient(nb, km=km, timeout=spec["cell_timeout"], allow_errors=True,
+                            interrupt_on_timeout=True, startup_timeout=120,
+                            error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": "", "traceback": []},
+                            resources={"metadata": {"path": spec["cwd"]}})
+    events = {"errors": [], "timeouts": [], "dead": None, "stuck": None, "out_of_time": None}
+    with client.setup_kernel():
+        pid = getattr(getattr(km, "provisioner", None), "process", None)
+        if pid is not None:
+            Path(spec["kernel_pid"]).write_text(str(pid.pid))
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or index in skip or index == len(nb.cells) - 1:
+                continue
+            left = deadline - time.time()
+            if left <= 1:
+                events["out_of_time"] = index
+                break
+            client.timeout = int(max(1, min(spec["cell_timeout"], left)))
+            t_cell = time.monotonic()
+            try:
+                client.execute_cell(cell, index)
+            except DeadKernelError:
+                events["dead"] = index
+                return events
+            timed_out = time.monotonic() - t_cell >= client.timeout
+            if timed_out:
+                events["timeouts"].append([index, client.timeout])
+                # Did the interrupt stop it? A cell that swallows KeyboardInterrupt leaves the
+                # kernel busy: then the notebook is run again without that cell.
+                probe = nbformat.from_dict({"cell_type": "code", "source": "None",
+                                            "metadata": {}, "outputs": [],
+                                            "execution_count": None})
+                client.timeout = 10
+                t_probe = time.monotonic()
+                try:
+                    client.execute_cell(probe, index)
+                except DeadKernelError:
+                    events["dead"] = index
+                    return events
+                if time.monotonic() - t_probe >= client.timeout:
+                    events["stuck"] = index
+                    return events
+                continue
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    events["errors"].append([index, out.get("ename", ""),
+                                             str(out.get("evalue", ""))[:200]])
+        collector = nb.cells[-1]
+        client.timeout = int(max(5, spec["reserve"] - 2))
+        try:
+            client.execute_cell(collector, len(nb.cells) - 1)
+        except DeadKernelError:
+            events["collector"] = "the kernel died while the answers were read"
+            return events
+        errs = [o for o in collector.outputs if o.get("output_type") == "error"]
+        if errs:
+            events["collector"] = f"{errs[0].get('ename')}: {str(errs[0].get('evalue'))[:200]}"
+    return events
+
+
+def _worker(spec_path: str) -> int:
+    import nbformat
+
+    spec = json.loads(Path(spec_path).read_text())
+    nb = nbformat.read(spec["notebook"], as_version=4)
+    for cell in nb.cells:                  # stored outputs are never used
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.cells.append(nbformat.v4.new_code_cell(Path(spec["collector"]).read_text()))
+    kernels = _kernel_spec_dir(Path(spec["tmp"]), spec["memory"], spec["cpu"])
+    skip, history = set(), []
+    for attempt in range(4):
+        with open(spec["log"], "a") as log:
+            events = _run_once(nb, spec, skip, kernels, log)
+        history.append(events)
+        bad = events.get("dead") if events.get("dead") is not None else events.get("stuck")
+        if bad is None or bad in skip:
+            break
+        skip.add(bad)
+    Path(spec["report"]).write_text(json.dumps({"runs": history, "skipped": sorted(skip)}))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# The grader process
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Grade:
+    student: str
+    path: Path | None
+    results: dict = field(default_factory=dict)    # exercise id -> (status, message)
+    notes: list = field(default_factory=list)      # what went wrong in the run
+    points: dict = field(default_factory=dict)     # exercise id -> points earned
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(self.points.values())
+
+
+class _Opaque:
+    """Stands for a value the kernel could not send (its type name and repr only)."""
+
+    def __init__(self, name, text):
+        self._text = text
+        self.__class__ = type(str(name)[:60] or "object", (_Opaque,), {})
+
+    def __repr__(self):
+        return self._text
+
+
+def decode(x):
+    """A value sent by the collector, rebuilt from plain JSON."""
+    if isinstance(x, dict):
+        if x.get("ellipsis"):
+            return ...
+        if "seq" in x:
+            items = [decode(v) for v in x["seq"]]
+            return tuple(items) if x.get("type") == "tuple" else items
+        if "opaque" in x:
+            return _Opaque(x.get("opaque", "object"), str(x.get("repr", "?")))
+        return _Opaque("dict", "{...}")
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    return _Opaque(type(x).__name__, repr(x)[:60])
+
+
+def _replay(calls: list, cases: list):
+    """A stand-in for the student's function: returns (or raises) what it did in the kernel."""
+    table = {json.dumps(list(c)): r for c, r in zip(cases, calls)}
+
+    def fn(*args):
+        rec = table.get(json.dumps(list(args)))
+        if rec is None:
+            raise RuntimeError("the grader did not run this input")
+        if "raised" in rec:
+            name, message = (list(rec["raised"]) + ["", ""])[:2]
+            raise type(str(name)[:60] or "Exception", (Exception,), {})(message)
+        return decode(rec.get("value"))
+
+    return fn
+
+
+@contextmanager
+def _lenient_hints():
+    """Grading is a student's run: a hint whose predicate raises is skipped, not fatal."""
+    old = os.environ.get("SCALEBOOK_STRICT_HINTS")
+    os.environ["SCALEBOOK_STRICT_HINTS"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SCALEBOOK_STRICT_HINTS", None)
+        else:
+            os.environ["SCALEBOOK_STRICT_HINTS"] = old
+
+
+def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | None) -> None:
+    from .exercises import evaluate
+    from .exercises.core import CORRECT, Result, draw_variant
+
+    for item in key.items:
+        rec = records.get(item.id)
+        if rec is None:
+            grade.results.setdefault(item.id, (TIMED_OUT if grade.notes else MISSING,
+                                               "this exercise's answer was never read: the run "
+                                               "stopped before the end."))
+            continue
+        if rec.get("missing"):
+            grade.results[item.id] = (MISSING, f"no answer: `{item.answer}` is not defined after "
+                                      f"the run (renamed, deleted, or its cell failed).")
+            continue
+        variant = draw_variant(item.id, secret, grade.student) if item.variant else None
+        with _lenient_hints():
+            if "result" in rec:       # checked in the student's kernel (mesh programs)
+                status, message = (list(rec["result"]) + ["", ""])[:2]
+                result = Result(item.id, str(status), f"{message} (checked in your kernel)")
+            elif "calls" in rec:
+                how, cases = _how(item.id)
+                result = evaluate(item.id, _replay(rec["calls"], cases), variant=variant)
+            else:
+                result = evaluate(item.id, decode(rec.get("value")), variant=variant)
+        if result.status not in ("correct", "wrong", "not attempted"):
+            result = Result(item.id, "wrong", "the check's result could not be read.")
+        grade.results[item.id] = (result.status, result.message)
+    for item in key.items:
+        grade.points[item.id] = item.points if grade.results[item.id][0] == CORRECT else 0.0
+
+
+def _notes_from_report(report: dict, nb) -> list[str]:
+    notes = []
+
+    def where(index):
+        src = nb.cells[index].source.strip().splitlines() if index < len(nb.cells) else []
+        return f"cell {index}" + (f" ({src[0][:50]!r})" if src else "")
+
+    for run in report.get("runs", []):
+        for index, seconds in run.get("timeouts", []):
+            notes.append(f"{where(index)} ran past {seconds} s and was interrupted.")
+        if run.get("dead") is not None:
+            notes.append(f"{where(run['dead'])} killed the kernel; the notebook was run again "
+                         f"without it.")
+        if run.get("stuck") is not None:
+            notes.append(f"{where(run['stuck'])} ran past its time limit and did not stop when "
+                         f"interrupted; the notebook was run again without it.")
+        if run.get("out_of_time") is not None:
+            notes.append(f"the notebook ran out of time at {where(run['out_of_time'])}; the "
+                         f"cells after it were not run.")
+        if run.get("collector"):
+            notes.append(f"reading the answers failed: {run['collector']}")
+    last = (report.get("runs") or [{}])[-1]
+    for index, ename, evalue in last.get("errors", []):
+        notes.append(f"{where(index)} raised {ename}: {evalue}")
+    seen, out = set(), []
+    for n in notes:
+        if n not in seen:
+            seen.add(n)
+            out.append(n)
+    return out
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workdir: Path,
+              logdir: Path) -> Grade:
+    """Grade one submission (runs its notebook in a worker subprocess)."""
+    t0 = time.time()
+    grade = Grade(sub.student, sub.path)
+    if sub.path is None:
+        for item in key.items:
+            grade.results[item.id] = (NO_SUBMISSION, "no notebook was handed in.")
+            grade.points[item.id] = 0.0
+        return grade
+    nb, why = read_notebook(sub.path) if not sub.problem else (None, sub.problem)
+    if nb is None:
+        for item in key.items:
+            grade.results[item.id] = (UNREADABLE, f"the notebook could not be graded: {why}.")
+            grade.points[item.id] = 0.0
+        grade.notes.append(why)
+        return grade
+    claimed = nb.metadata.get("scalebook", {}).get("student")
+    if claimed is not None and str(claimed) != sub.student:
+        grade.notes.append(f"the notebook was made for student {claimed!r} but was handed in as "
+                           f"{sub.student!r}; graded as {sub.student!r} (its variants).")
+    tmp = Path(tempfile.mkdtemp(prefix="nb-", dir=workdir))
+    cwd = tmp / "cwd"
+    cwd.mkdir()
+    records, collector = tmp / "records.jsonl", tmp / "collector.py"
+    collector.write_text(collector_source(key, records, opts["call_limit"]))
+    spec = {"notebook": str(sub.path), "records": str(records), "collector": str(collector),
+            "report": str(tmp / "report.json"), "kernel_pid": str(tmp / "kernel.pid"),
+            "tmp": str(tmp), "cwd": str(cwd), "log": str(logdir / f"{sub.student}.log"),
+            "time_limit": opts["time_limit"], "cell_timeout": opts["cell_timeout"],
+            "reserve": opts["reserve"], "memory": opts["memory"], "cpu": opts["time_limit"],
+            "started": t0}
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ)
+    env.pop("SCALEBOOK_STRICT_HINTS", None)
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    with open(logdir / f"{sub.student}.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "scalebook.grade", "--worker",
+                                 str(tmp / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=cwd, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=opts["time_limit"] + 30)
+        except subprocess.TimeoutExpired:
+            grade.notes.append(f"the notebook ran past the time limit of {opts['time_limit']} s "
+                               f"and was stopped.")
+            _kill_group(proc.pid)
+            proc.wait()
+    kpid = tmp / "kernel.pid"
+    if kpid.exists():               # the kernel runs in its own session: end it if it lingers
+        try:
+            pid = int(kpid.read_text())
+            os.kill(pid, 0)
+            _kill_group(pid)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+    report = {}
+    if (tmp / "report.json").exists():
+        report = json.loads((tmp / "report.json").read_text())
+        grade.notes += _notes_from_report(report, nb)
+    elif proc.returncode not in (0, -9, None):
+        grade.notes.append(f"the grader's worker failed (exit {proc.returncode}); see "
+                           f"logs/{sub.student}.log")
+    recs = {}
+    known = {i.id for i in key.items}
+    for line in records.read_text().splitlines() if records.exists() else []:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("id") in known and rec["id"] not in recs:
+            recs[rec["id"]] = rec
+    _evaluate_records(grade, key, recs, secret)
+    shutil.rmtree(tmp, ignore_errors=True)
+    grade.seconds = time.time() - t0
+    return grade
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; one line per notebook elsewhere."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done, self.stream = total, 0, stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.lock = threading.Lock()
+        self.t0 = time.time()
+
+    def step(self, grade: Grade, n_items: int):
+        with self.lock:
+            self.done += 1
+            right = sum(1 for s, _ in grade.results.values() if s == "correct")
+            width = 30
+            fill = int(width * self.done / max(1, self.total))
+            line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                    f"{time.time() - self.t0:5.0f} s  {grade.student[:24]}: {right}/{n_items}")
+            if self.tty:
+                self.stream.write("\r" + line.ljust(90))
+                if self.done == self.total:
+                    self.stream.write("\n")
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = None, *,
+                      jobs: int | None = None, time_limit: int = 300, cell_timeout: int = 60,
+                      memory: int = 4 * 2**30, call_limit: float = 10.0, logdir: Path,
+                      progress=None) -> list[Grade]:
+    """Grade every submission, ``jobs`` at a time (default: the cores this process may use)."""
+    if key.varied and secret is None:
+        raise ValueError("this key has exercises with variants: give the instructor's secret "
+                         "(--secret-file or SCALEBOOK_SECRET)")
+    if key.varied and key.secret_check and secret_check(secret) != key.secret_check:
+        raise ValueError("the secret does not match the one the assignment was made with")
+    jobs = jobs or len(os.sched_getaffinity(0))
+    logdir.mkdir(parents=True, exist_ok=True)
+    opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
+            "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit}
+    for ex_id in (i.id for i in key.items):        # load the chapters' checks before forking
+        _how(ex_id)
+    bar = progress if progress is not None else _Progress(len(subs))
+    with tempfile.TemporaryDirectory(prefix="scalebook-grade-") as work:
+        work = Path(work)
+        with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            todo = {pool.submit(grade_one, s, key, secret, opts, work, logdir): s for s in subs}
+            grades = []
+            for fut in futures.as_completed(todo):
+                sub = todo[fut]
+                try:
+                    g = fut.result()
+                except Exception as e:       # a bug of ours must not lose the class's grades
+                    g = Grade(sub.student, sub.path, notes=[f"grader error: {type(e).__name__}: {e}"])
+                    for item in key.items:
+                        g.results[item.id], g.points[item.id] = (MISSING, "not graded."), 0.0
+                grades.append(g)
+                if bar:
+                    bar.step(g, len(key.items))
+    return sorted(grades, key=lambda g: g.student)
+
+
+def _fmt_points(p: float) -> str:
+    return f"{p:g}"
+
+
+def summary_table(grades: list[Grade], key: Key) -> str:
+    n = len(grades)
+    lines = [f"| exercise | points | right | most common wrong answer's hint |",
+             "|:---|---:|---:|:---|"]
+    for item in key.items:
+        right = sum(1 for g in grades if g.results[item.id][0] == "correct")
+        hints = Counter(g.results[item.id][1] for g in grades if g.results[item.id][0] == "wrong")
+        top = ""
+        if hints:
+            message, count = hints.most_common(1)[0]
+            top = f"{message if len(message) <= 140 else message[:139] + '…'} ({count})"
+        lines.append(f"| {item.id} | {_fmt_points(item.points)} | {right}/{n} | {top} |")
+    return "\n".join(lines)
+
+
+def _feedback(g: Grade, key: Key) -> str:
+    possible = sum(i.points for i in key.items)
+    lines = [f"# Feedback for {g.student}", "",
+             f"{key.title + ': ' if key.title else ''}{_fmt_points(g.total)} of "
+             f"{_fmt_points(possible)} points.", ""]
+    if g.path is not None:
+        lines += [f"Graded by re-running `{g.path.name}` from the top in a fresh kernel.", ""]
+    lines += ["| exercise | status | points | message |", "|:---|:---|---:|:---|"]
+    for item in key.items:
+        status, message = g.results[item.id]
+        message = message.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {item.id} | {status} | {_fmt_points(g.points[item.id])} | {message} |")
+    if g.notes:
+        lines += ["", "What happened in the run:", ""] + [f"* {n}" for n in g.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(grades: list[Grade], key: Key, out: Path) -> str:
+    """grades.csv, feedback/*.md, summary.md under ``out``; returns the summary table."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "grades.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["student", "exercise", "status", "points"])
+        for g in grades:
+            for item in key.items:
+                w.writerow([g.student, item.id, g.results[item.id][0],
+                            _fmt_points(g.points[item.id])])
+    fb = out / "feedback"
+    fb.mkdir(exist_ok=True)
+    for g in grades:
+        (fb / f"{g.student}.md").write_text(_feedback(g, key))
+    table = summary_table(grades, key)
+    (out / "summary.md").write_text(table + "\n")
+    return table
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]i?B?|B)?\s*", str(text), re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4GiB, 512MiB)")
+    unit = (m.group(2) or "B").upper().rstrip("B").rstrip("I")
+    return int(float(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit])
+
+
+def read_secret(path: str | None) -> bytes | None:
+    if path:
+        return Path(path).read_bytes().strip()
+    env = os.environ.get("SCALEBOOK_SECRET")
+    return env.encode() if env else None
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scalebook.grade", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", help="notebooks or folders of notebooks")
-    parser.add_argument("--stored", action="store_true", help="read saved outputs instead of re-running")
-    parser.add_argument("--csv", help="also write the grades to this CSV file")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--kernel"]:
+        _run_kernel(argv[1:])
+        return 0
+    if argv[:1] == ["--worker"]:
+        return _worker(argv[1])
+    parser = argparse.ArgumentParser(prog="python -m scalebook.grade",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="notebooks, folders or zip files of them")
+    parser.add_argument("--key", required=True,
+                        help="key.json from scalebook.assign, or a master notebook")
+    parser.add_argument("--secret-file", help="the instructor's secret (else $SCALEBOOK_SECRET)")
+    parser.add_argument("--out", default="grading", help="folder for the results (grading/)")
+    parser.add_argument("--points", help="points per exercise: 1.1=2,1.9=3 or a JSON file")
+    parser.add_argument("--jobs", type=int, default=None, help="notebooks at once (all cores)")
+    parser.add_argument("--time-limit", type=int, default=300, help="seconds per notebook (300)")
+    parser.add_argument("--cell-timeout", type=int, default=60, help="seconds per cell (60)")
+    parser.add_argument("--memory", type=parse_size, default=parse_size("4GiB"),
+                        help="memory limit of each kernel (4GiB)")
     args = parser.parse_args(argv)
     try:
-        reports = grade_paths(args.paths, run=not args.stored, timeout=args.timeout)
-    except FileNotFoundError as e:
-        print(e, file=sys.stderr)
+        key = load_key(args.key)
+        apply_points(key, args.points)
+        out = Path(args.out)
+        with tempfile.TemporaryDirectory(prefix="scalebook-subs-") as unzip:
+            subs = find_submissions(args.paths, Path(unzip))
+            have = {s.student for s in subs}
+            subs += [Submission(s, None) for s in key.students if s not in have]
+            subs.sort(key=lambda s: s.student)
+            if not subs:
+                print("no notebooks found", file=sys.stderr)
+                return 2
+            t0 = time.time()
+            grades = grade_submissions(subs, key, read_secret(args.secret_file), jobs=args.jobs,
+                                       time_limit=args.time_limit, cell_timeout=args.cell_timeout,
+                                       memory=args.memory, logdir=out / "logs")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    ids = sorted({i for r in reports for i in r.results}, key=_key)
-    short = {status: MARKS[status] for status in STATUSES}
-    print(f"{'notebook':<40} {'correct':>7}  " + " ".join(f"{i:>5}" for i in ids))
-    for r in reports:
-        marks = " ".join(f"{short[r.results[i][0]] if i in r.results else '?':>5}" for i in ids)
-        print(f"{str(r.path)[-40:]:<40} {r.correct:>7}  {marks}" + (f"   ({r.error})" if r.error else ""))
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["notebook", "correct"] + ids + ["error"])
-            for r in reports:
-                w.writerow([str(r.path), r.correct] + [r.results.get(i, ("missing",))[0] for i in ids]
-                           + [r.error or ""])
+    table = write_outputs(grades, key, out)
+    print(f"\n{len(grades)} notebooks graded in {time.time() - t0:.0f} s; results in {out}/ "
+          f"(grades.csv, feedback/, summary.md)\n")
+    print(table)
     return 0
 
 

@@ -1,61 +1,130 @@
-"""Grading a folder of submissions: re-run notebooks, collect the check lines."""
+"""The grader's parts: keys, points, finding submissions, reading notebooks, rebuilding the
+kernel's values, the secret; and one real run of a chapter's solutions against its key.
+The class of synthetic submissions is in tests/test_coursework_grader.py."""
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from scalebook import grade
+from scalebook.exercises import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "notebooks" / "01_rooflines.ipynb"
 
 
-def submission(tmp_path, name, answers):
-    """A copy of chapter 1 with some answer cells filled in, e.g. {"1.2": "1/6"}."""
-    nb = json.loads(CHAPTER.read_text())
-    for cell in nb["cells"]:
-        src = "".join(cell["source"])
-        for ex, code in answers.items():
-            var = "answer_" + ex.replace(".", "_")
-            if cell["cell_type"] == "code" and src.startswith(f"{var} = ..."):
-                cell["source"] = src.replace(f"{var} = ...", f"{var} = {code}", 1)
-    path = tmp_path / name
-    path.write_text(json.dumps(nb))
-    return path
+def test_a_master_notebook_is_a_key():
+    key = grade.load_key(CHAPTER)
+    assert [i.id for i in key.items] == [f"1.{n}" for n in range(1, 11)]
+    names = {i.id: i.answer for i in key.items}
+    assert names["1.1"] == "answer_1_1" and names["1.9"] == "matmul_time_bounds"
+    assert not key.varied and key.students == []
 
 
-def test_rerun_grades_what_the_code_does(tmp_path):
-    submission(tmp_path, "alice.ipynb", {"1.2": "1 / 6", "1.3": "295", "1.8": '"memory"'})
-    # Bob's stored outputs claim success, but his code raises: re-running finds out.
-    bob = submission(tmp_path, "bob.ipynb", {"1.2": "1 / 0"})
-    data = json.loads(bob.read_text())
-    for cell in data["cells"]:
-        if "answer_1_2 = 1 / 0" in "".join(cell["source"]):
-            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "✔ Exercise 1.2: correct.\n"}]
-    bob.write_text(json.dumps(data))
-    reports = {r.path.name: r for r in grade.grade_paths([tmp_path])}
-    alice, bob_r = reports["alice.ipynb"], reports["bob.ipynb"]
-    assert alice.correct == 2
-    assert alice.results["1.3"][0] == "wrong" and alice.results["1.1"][0] == "not attempted"
-    assert len(alice.results) == 10
-    assert bob_r.correct == 0 and "1.2" not in bob_r.results    # that cell raised; others still ran
-    assert bob_r.results["1.3"][0] == "not attempted"
+def test_key_json_and_points(tmp_path):
+    path = tmp_path / "key.json"
+    path.write_text(json.dumps({"format": grade.KEY_FORMAT, "title": "W1", "students": ["a"],
+                                "secret_check": None, "exercises": [
+                                    {"id": "1.1", "answer": "answer_1_1", "points": 2,
+                                     "variant": True},
+                                    {"id": "1.8", "answer": "answer_1_8"}]}))
+    key = grade.load_key(path)
+    assert key.varied and [i.points for i in key.items] == [2.0, 1.0]
+    grade.apply_points(key, "1.8=0.5")
+    assert [i.points for i in key.items] == [2.0, 0.5]
+    with pytest.raises(ValueError, match="1.3"):
+        grade.apply_points(key, "1.3=2")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a scalebook key"):
+        grade.load_key(tmp_path / "bad.json")
 
 
-def test_stored_mode_and_cli(tmp_path, capsys):
-    path = ROOT / "solutions" / "01_rooflines.ipynb"
-    out_csv = tmp_path / "g.csv"
-    assert grade.main([str(path), "--stored", "--csv", str(out_csv)]) == 0
-    printed = capsys.readouterr().out
-    assert "01_rooflines.ipynb" in printed and " 10 " in printed
-    rows = out_csv.read_text().splitlines()
-    assert rows[0].startswith("notebook,correct,1.1,1.2") and ",10," in rows[1]
+def test_submissions_by_file_folder_and_zip(tmp_path):
+    subs = tmp_path / "subs"
+    (subs / "carol").mkdir(parents=True)
+    (subs / "alice.ipynb").write_text("{}")
+    (subs / "carol" / "week1.ipynb").write_text("{}")
+    (subs / "carol" / ".ipynb_checkpoints").mkdir()
+    (subs / "carol" / ".ipynb_checkpoints" / "week1-checkpoint.ipynb").write_text("{}")
+    with zipfile.ZipFile(tmp_path / "more.zip", "w") as z:
+        z.writestr("export/dave/nb.ipynb", "{}")
+        z.writestr("export/erin/a.ipynb", "{}")
+        z.writestr("export/erin/b.ipynb", "{}")
+    found = grade.find_submissions([subs, tmp_path / "more.zip"], tmp_path / "work")
+    by = {s.student: s for s in found}
+    assert sorted(by) == ["alice", "carol", "dave", "erin"]
+    assert by["alice"].problem is None and by["carol"].path.name == "week1.ipynb"
+    assert "2 notebooks for one student" in by["erin"].problem
+    with pytest.raises(FileNotFoundError):
+        grade.find_submissions([tmp_path / "nope"], tmp_path / "work")
 
 
-def test_bad_paths(tmp_path, capsys):
-    assert grade.main([str(tmp_path / "missing")]) == 2
-    broken = tmp_path / "broken.ipynb"
-    broken.write_text("{not json")
-    report = grade.grade_notebook(broken, run=False)
-    assert report.error and "cannot read notebook" in report.error
+def test_unsafe_zip_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as z:
+        z.writestr("../../escape.ipynb", "{}")
+    with pytest.raises(ValueError, match="unsafe path"):
+        grade.find_submissions([tmp_path / "evil.zip"], tmp_path / "work")
+
+
+@pytest.mark.parametrize("text, why", [("", "the file is empty"), ("{not json", "not a notebook"),
+                                       ("[1, 2]", "not a notebook"),
+                                       ('{"cells": 3}', "not a notebook")])
+def test_unreadable_notebooks(tmp_path, text, why):
+    p = tmp_path / "x.ipynb"
+    p.write_text(text)
+    nb, problem = grade.read_notebook(p)
+    assert nb is None and why in problem
+
+
+def test_values_are_rebuilt_from_plain_json():
+    assert grade.decode({"ellipsis": True}) is ...
+    assert grade.decode({"seq": [1, 2.5], "type": "tuple"}) == (1, 2.5)
+    assert grade.decode({"seq": [1], "type": "list"}) == [1]
+    odd = grade.decode({"opaque": "ndarray", "repr": "array([1, 2])"})
+    assert type(odd).__name__ == "ndarray" and repr(odd) == "array([1, 2])"
+    r = evaluate("1.1", odd)
+    assert r.status == "wrong" and "expected a number" in r.message and "ndarray" in r.message
+
+
+def test_a_function_answer_is_replayed_from_its_recorded_calls():
+    from scalebook.exercises import get_exercise
+
+    cases = [list(c) for c in get_exercise("1.10").cases]
+    want = [get_exercise("1.10").reference(*c) for c in cases]
+    fn = grade._replay([{"value": w} for w in want], cases)
+    assert evaluate("1.10", fn).status == "correct"
+    boom = grade._replay([{"raised": ["ZeroDivisionError", "division by zero"]}], cases)
+    r = evaluate("1.10", boom)
+    assert r.status == "wrong" and "ZeroDivisionError: division by zero" in r.message
+
+
+def test_a_varied_key_needs_the_right_secret(tmp_path):
+    key = grade.Key([grade.KeyItem("1.1", "answer_1_1", 1, True)],
+                    secret_check=grade.secret_check(b"right"))
+    with pytest.raises(ValueError, match="secret"):
+        grade.grade_submissions([], key, None, logdir=tmp_path)
+    with pytest.raises(ValueError, match="does not match"):
+        grade.grade_submissions([], key, b"wrong", logdir=tmp_path)
+
+
+def test_sizes():
+    assert grade.parse_size("4GiB") == 4 * 2**30 and grade.parse_size("512M") == 512 * 2**20
+    with pytest.raises(Exception):
+        grade.parse_size("lots")
+
+
+def test_the_chapter_solutions_get_full_marks_against_the_chapter_key(tmp_path):
+    """The non-assignment path: a chapter's own notebook is the key; the solutions notebook
+    (which answers every exercise) is graded by re-running it."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "model-student.ipynb").write_bytes((ROOT / "solutions" / "01_rooflines.ipynb").read_bytes())
+    out = tmp_path / "out"
+    assert grade.main([str(subs), "--key", str(CHAPTER), "--out", str(out), "--jobs", "1",
+                       "--points", "1.9=2"]) == 0
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert rows[0] == "student,exercise,status,points"
+    assert rows[1:] == [f"model-student,1.{n},correct,{2 if n == 9 else 1}" for n in range(1, 11)]
+    assert "11 of 11 points" in (out / "feedback" / "model-student.md").read_text()

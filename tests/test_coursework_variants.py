@@ -1,0 +1,122 @@
+"""Variants of exercises (opt-in, chapter 1's numeric ones) and the assignment builder."""
+
+import json
+import math
+
+import nbformat
+import pytest
+
+from scalebook import assign, grade
+from scalebook.exercises import check, evaluate, get_exercise
+from scalebook.exercises.core import draw_variant, variant_seed
+from scalebook.exercises.kinds import VariedNumericExercise
+
+VARIED = ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
+SECRET = b"a test secret"
+
+
+@pytest.mark.parametrize("ex_id", VARIED)
+def test_variants_are_drawn_from_the_secret_and_never_the_chapters_numbers(ex_id):
+    ex = get_exercise(ex_id)
+    assert isinstance(ex, VariedNumericExercise)
+    own = ex.reference()
+    drawn = [draw_variant(ex_id, SECRET, f"student{n}") for n in range(40)]
+    assert drawn == [draw_variant(ex_id, SECRET, f"student{n}") for n in range(40)]  # re-derived
+    assert drawn != [draw_variant(ex_id, b"another", f"student{n}") for n in range(40)]
+    answers = set()
+    for params in drawn:
+        assert params != ex.params
+        variant = ex.with_variant(params)
+        answers.add(round(variant.reference(), 12))
+        assert not math.isclose(variant.reference(), own, rel_tol=2 * ex.rtol)
+        # The chapter's answer is wrong for the variant; the variant's own answer is right.
+        assert evaluate(ex_id, own, variant=params).status == "wrong"
+        assert evaluate(ex_id, variant.reference(), variant=params).status == "correct"
+        assert all(f"{{{k}}}" not in variant.text() for k in params)
+    assert len(answers) >= 3          # neighbours' answers differ (how much depends on the exercise)
+
+
+def test_the_chapters_own_exercise_is_unchanged_by_the_variant_machinery():
+    ex = get_exercise("1.2")
+    assert ex.params == {"N": 1_000_000, "dtype": "bf16", "op": "add"}
+    assert math.isclose(ex.reference(), 1 / 6)
+    assert evaluate("1.2", 0.25).message == "not yet: the output vector must be written to HBM too."
+    assert evaluate("1.2", 1 / 3).message == "not yet: each bf16 element takes 2 bytes."
+    assert "1,000,000" in ex.text() and "bf16" in ex.text()
+
+
+def test_a_variant_shows_its_own_hints():
+    params = {"N": 4_000_000, "dtype": "fp32"}
+    assert evaluate("1.2", 1 / 8, variant=params).message == \
+        "not yet: the output vector must be written to HBM too."
+    assert evaluate("1.2", 1 / 6, variant=params).message == "not yet: each fp32 element takes 4 bytes."
+
+
+def test_bad_variants_are_reported_not_raised(capsys):
+    assert "no parameter" in evaluate("1.1", 1.0, variant={"X": 1}).message
+    assert "not one of" in evaluate("1.1", 1.0, variant={"chip": "tpu-v99"}).message
+    assert "not a valid variant" in evaluate("1.3", 1.0, variant={"chip": "tpu-v5e",
+                                                                  "dtype": "fp8"}).message
+    assert "has no variants" in evaluate("1.8", "memory", variant={}).message
+    assert get_exercise("1.8").draw(b"seed") is None and draw_variant("1.9", SECRET, "a") is None
+    check("1.2", 1 / 12, variant={"dtype": "fp32"})
+    assert capsys.readouterr().out.startswith("✔ Exercise 1.2: correct.")
+
+
+def test_the_seed_is_an_hmac_of_exercise_and_student():
+    assert variant_seed(SECRET, "alice", "1.1") == variant_seed(SECRET.decode(), "alice", "1.1")
+    assert variant_seed(SECRET, "alice", "1.1") != variant_seed(SECRET, "alice", "1.2")
+    assert variant_seed(SECRET, "alice", "1.1") != variant_seed(SECRET, "bob", "1.1")
+    with pytest.raises(ValueError):
+        variant_seed(b"", "alice", "1.1")
+
+
+def _cells(nb):
+    return [c.source for c in nb.cells]
+
+
+def test_an_assignment_with_variants(tmp_path):
+    key = assign.build_assignment(["1.1", "1.8", "1.9"], tmp_path, title="Week 1",
+                                  students=["alice", "bob"], secret=SECRET, points="1.9=3")
+    assert [(i.id, i.answer, i.points, i.variant) for i in key.items] == [
+        ("1.1", "answer_1_1", 1.0, True), ("1.8", "answer_1_8", 1.0, False),
+        ("1.9", "matmul_time_bounds", 3.0, False)]
+    data = json.loads((tmp_path / "key.json").read_text())
+    assert data["students"] == ["alice", "bob"] and data["secret_check"] == grade.secret_check(SECRET)
+    assert SECRET.decode() not in (tmp_path / "key.json").read_text()
+    for student in ("alice", "bob"):
+        nb = nbformat.read(tmp_path / "students" / f"{student}.ipynb", as_version=4)
+        nbformat.validate(nb)
+        text = "\n".join(_cells(nb))
+        params = draw_variant("1.1", SECRET, student)
+        assert f"check(\"1.1\", answer_1_1, variant={json.dumps(params)})" in text
+        assert f"X[{params['B']}, {params['D']}]" in text          # the statement shows it
+        assert 'check("1.8", answer_1_8)' in text and "### Exercise 1.9 ·" in text
+        assert "from scalebook.exercises import check" in text      # the chapter's imports
+        assert "setup" in nb.cells[1].metadata["tags"]
+        assert nb.metadata["scalebook"]["student"] == student
+        assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+    answers = (tmp_path / "answers.md").read_text()
+    assert "| alice | 1.1 |" in answers and "| bob | 1.1 |" in answers
+    sols = nbformat.read(tmp_path / "solutions.ipynb", as_version=4)
+    assert any(s.startswith("### Solution 1.9") for s in _cells(sols))
+
+
+def test_an_assignment_without_variants_is_one_notebook(tmp_path):
+    key = assign.build_assignment(["1.2", "2.1"], tmp_path)
+    assert not key.varied and (tmp_path / "assignment.ipynb").exists()
+    text = "\n".join(_cells(nbformat.read(tmp_path / "assignment.ipynb", as_version=4)))
+    assert "### Exercise 1.2 ·" in text and "### Exercise 2.1 ·" in text and "variant=" not in text
+    assert text.count("# Set-up: run this cell first") == 1
+
+
+def test_assignment_errors(tmp_path):
+    with pytest.raises(ValueError, match="both a roster"):
+        assign.build_assignment(["1.1"], tmp_path, students=["a"])
+    with pytest.raises(ValueError, match="twice"):
+        assign.build_assignment(["1.1", "1.1"], tmp_path)
+    with pytest.raises(ValueError, match="student ids"):
+        assign.build_assignment(["1.1"], tmp_path, students=["../x"], secret=SECRET)
+    with pytest.raises(Exception, match="unknown exercise"):
+        assign.build_assignment(["1.99"], tmp_path)
+    assert assign.main(["1.1", "--out", str(tmp_path / "o"), "--student", "a"]) == 2
