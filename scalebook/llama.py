@@ -30,6 +30,7 @@ V vocabulary.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -418,15 +419,17 @@ def generate_greedy_sharded(params, prompt, steps: int, config: TransformerConfi
     params, cache = shard_for_decode(params, cache, c, mesh, data_axis, model_axis)
     step = sharded_forward_with_cache(c, mesh, data_axis, model_axis)
     logits, cache = step(params, prompt, cache, 0)
-    out = [prompt]
-    tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
+    out = [np.asarray(prompt)]
+    # the greedy choice on the host: the logits are small, and eager ops on sharded arrays
+    # would each compile a program of their own
+    tok = np.asarray(logits)[:, -1].argmax(-1)[:, None].astype(out[0].dtype)
     for i in range(steps):
         out.append(tok)
         if i == steps - 1:
             break
-        logits, cache = step(params, tok, cache, S + i)
-        tok = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(prompt.dtype)
-    return jnp.concatenate(out, axis=1), cache
+        logits, cache = step(params, jnp.asarray(tok), cache, S + i)
+        tok = np.asarray(logits)[:, -1].argmax(-1)[:, None].astype(out[0].dtype)
+    return jnp.asarray(np.concatenate(out, axis=1)), cache
 
 
 # -- speculative decoding (chapter 7) ------------------------------------------------------
@@ -472,6 +475,11 @@ class SpeculativeResult:
         return sum(self.accepted) / judged if judged else float("nan")
 
 
+@functools.lru_cache(maxsize=32)
+def _jitted_step(c: TransformerConfig):
+    return jax.jit(partial(forward_with_cache, config=c))
+
+
 def speculative_generate(target_params, target_config: TransformerConfig, draft_params,
                          draft_config: TransformerConfig, prompt, steps: int, k: int = 4,
                          cache_dtype=jnp.float32) -> SpeculativeResult:
@@ -493,37 +501,47 @@ def speculative_generate(target_params, target_config: TransformerConfig, draft_
         if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
             raise ValueError(f"{name} must be a positive integer; got {val!r}")
     S = prompt.shape[1]
-    context = S + steps + k + 1
-    t_step = jax.jit(partial(forward_with_cache, config=tc))
-    d_step = jax.jit(partial(forward_with_cache, config=dc))
+    width = k + 1
+    # Two compiled programs in all: the target runs k + 1 positions (its prefill too, in
+    # chunks of k + 1, the last one padded: the padding's keys and values lie beyond the
+    # prompt, masked by position until overwritten), the draft one position at a time.
+    context = max(S + steps + k + 1, -(-S // width) * width)
+    t_step, d_step = _jitted_step(tc), _jitted_step(dc)
     t_cache = init_kv_cache(tc, 1, context, cache_dtype)
     d_cache = init_kv_cache(dc, 1, context, cache_dtype)
-    logits, t_cache = t_step(target_params, prompt, t_cache, jnp.int32(0))
-    _, d_cache = d_step(draft_params, prompt, d_cache, jnp.int32(0))
-    out = [int(t) for t in np.asarray(prompt[0])]
-    out.append(int(jnp.argmax(logits[0, -1])))
+    dt = np.asarray(prompt).dtype
+    toks = np.asarray(prompt)
+    for start in range(0, S, width):
+        chunk = toks[:, start:start + width]
+        used = chunk.shape[1]
+        chunk = np.pad(chunk, ((0, 0), (0, width - used)))
+        logits, t_cache = t_step(target_params, chunk, t_cache, np.int32(start))
+    first = int(np.asarray(logits)[0, used - 1].argmax())
+    for i in range(S):
+        _, d_cache = d_step(draft_params, toks[:, i:i + 1], d_cache, np.int32(i))
+    out = [int(t) for t in toks[0]] + [first]
     accepted, t_calls, d_calls = [], 0, 0
     while len(out) - S < steps:
         p = len(out)                       # the last token, out[p - 1], is in no cache yet
         proposal, tok = [], out[-1]
-        for i in range(k):
-            lg, d_cache = d_step(draft_params, jnp.array([[tok]], prompt.dtype), d_cache,
-                                 jnp.int32(p - 1 + i))
+        for i in range(k):                 # the draft proposes k tokens, one at a time
+            lg, d_cache = d_step(draft_params, np.array([[tok]], dt), d_cache,
+                                 np.int32(p - 1 + i))
             d_calls += 1
-            tok = int(jnp.argmax(lg[0, -1]))
+            tok = int(np.asarray(lg)[0, -1].argmax())
             proposal.append(tok)
-        block = jnp.array([[out[-1]] + proposal], prompt.dtype)
-        lg, t_cache = t_step(target_params, block, t_cache, jnp.int32(p - 1))
+        block = np.array([[out[-1]] + proposal], dt)
+        lg, t_cache = t_step(target_params, block, t_cache, np.int32(p - 1))
         t_calls += 1
-        best = [int(t) for t in np.asarray(jnp.argmax(lg[0], axis=-1))]   # k + 1 choices
+        best = [int(t) for t in np.asarray(lg)[0].argmax(-1)]             # k + 1 choices
         n = 0
         while n < k and proposal[n] == best[n]:
             n += 1
         accepted.append(n)
         out.extend(proposal[:n] + [best[n]])
         if n == k:                         # the draft has not yet seen its own last proposal
-            _, d_cache = d_step(draft_params, jnp.array([[proposal[-1]]], prompt.dtype),
-                                d_cache, jnp.int32(p - 1 + k))
+            _, d_cache = d_step(draft_params, np.array([[proposal[-1]]], dt), d_cache,
+                                np.int32(p - 1 + k))
             d_calls += 1
     tokens = jnp.array([out[:S + steps]], prompt.dtype)
     return SpeculativeResult(tokens=tokens, accepted=tuple(accepted), k=int(k),

@@ -1,0 +1,348 @@
+"""Chapter 7 exercises: inference. Reference answers are computed from scalebook
+(inference, collectives, hardware, models); the code answers are run on several shapes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import collectives
+from .. import inference as inf
+from ..hardware import get_chip
+from ..models import get_model
+from .core import register
+from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+
+
+def _close(a, b, rtol=0.02):
+    return math.isclose(a, b, rel_tol=rtol)
+
+
+def _m(name):
+    return get_model(name)
+
+
+# 7.1 -------------------------------------------------------------------------------------
+def _b_star(weight="int8", compute="int8"):
+    return inf.decode_critical_batch("tpu-v6e", weight, compute)
+
+
+register(NumericExercise(
+    id="7.1", title="Critical batch with int8 weights and int8 compute", unit="sequences",
+    rtol=0.03, reference=_b_star,
+    hints=[
+        (lambda a: _close(a, _b_star("int8", "bf16")),
+         "that is int8 weights with bf16 compute; int8 compute doubles the peak C too."),
+        (lambda a: _close(a, _b_star("bf16", "int8")),
+         "2x too large: either the weights were counted at 2 bytes (int8 is 1), or the factor 2 "
+         "of 2 B D F FLOPs was left out: B* = C s_w / (2 W_hbm)."),
+        (lambda a: _close(a, 1 / _b_star()), "upside down: B* = C s_w / (2 W_hbm)."),
+    ],
+))
+
+
+# 7.2 -------------------------------------------------------------------------------------
+def _t_mem(kv=True, n=8, kv_bytes=2, all_params=False):
+    m = _m("llama3-70b")
+    w = (m.num_params() if all_params else m.matmul_params()) * 2
+    cache = 32 * 4096 * m.kv_cache_bytes_per_token(kv_bytes) if kv else 0
+    return (w + cache) / (n * get_chip("gpu-h100").hbm_bandwidth)
+
+
+register(NumericExercise(
+    id="7.2", title="Minimum decode step of 70B", unit="seconds", rtol=0.03,
+    reference=lambda: inf.decode_step_time("llama3-70b", "gpu-h100", 32, 4096, n_chips=8).t_mem,
+    hints=[
+        (lambda a: _close(a, _t_mem(kv=False)), "that is the weights alone; every sequence also "
+                                                "reads its own 4,096 tokens of cache."),
+        (lambda a: _close(a, _t_mem(n=1)), "8x too large: the 8 chips read their shares at the "
+                                           "same time, so divide by 8 W_hbm."),
+        (lambda a: _close(a, _t_mem(kv_bytes=4)), "the cache is bf16, 2 bytes per element."),
+        (lambda a: _close(a, _t_mem() * 1e3), "that is in ms; answer in seconds."),
+    ],
+))
+
+
+# 7.3 -------------------------------------------------------------------------------------
+def _ttft(causal=True, attention=True, factor=1):
+    m = _m("llama3-70b")
+    S = 8192
+    per_tok = m.dense_flops_per_token() * factor
+    if attention:
+        per_tok += m.attention_flops_per_token(S, causal=causal)
+    return S * per_tok / (8 * get_chip("gpu-h100").bf16_flops)
+
+
+register(NumericExercise(
+    id="7.3", title="Time to first token", unit="seconds", rtol=0.02,
+    reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 8192, n_chips=8).lower,
+    hints=[
+        (lambda a: _close(a, _ttft(causal=False), 0.01),
+         "that counts the full S x S score matrix; a causal kernel skips the masked half."),
+        (lambda a: _close(a, _ttft(attention=False), 0.01),
+         "add the attention matmuls: 4 L H h (S + 1) / 2 FLOPs per token with causal masking."),
+        (lambda a: _close(a, _ttft(factor=3), 0.05),
+         "6 N per token is training (forward and backward); prefill is a forward pass, 2 N_mm."),
+    ],
+))
+
+
+# 7.4 -------------------------------------------------------------------------------------
+def _attn_405(fused=True, G=None, S=4096):
+    m = _m("llama3-405b")
+    return inf.attention_cost(S, S, m.group_size if G is None else G, m.head_dim,
+                              fused=fused).intensity
+
+
+register(NumericExercise(
+    id="7.4", title="Prefill attention intensity of 405B", unit="FLOPs/byte", rtol=0.01,
+    reference=_attn_405,
+    hints=[
+        (lambda a: _close(a, _attn_405(fused=False), 0.02),
+         "that is the naive kernel that writes the scores to HBM; a fused kernel keeps them on chip."),
+        (lambda a: _close(a, 4096, 0.005),
+         "that is S: the G/(G + 1) factor comes from reading q and writing the output (G S h each) "
+         "next to k and v (T h each)."),
+        (lambda a: _close(a, _attn_405(G=1), 0.02),
+         "G = H / H_kv query heads share one KV head: 128 / 8 = 16 for 405B."),
+    ],
+))
+
+
+# 7.5 -------------------------------------------------------------------------------------
+def _kv(attention="mqa", dtype="int8"):
+    return inf.kv_bytes_per_token("llama3-70b", attention, dtype)
+
+
+register(NumericExercise(
+    id="7.5", title="An MQA int8 cache", unit="bytes", rtol=0.001, reference=_kv,
+    hints=[
+        (lambda a: _close(a, _kv("gqa"), 0.001), "that is GQA with 8 KV heads; MQA keeps one."),
+        (lambda a: _close(a, _kv(dtype="bf16"), 0.001),
+         "2x too large: int8 is 1 byte per element (not bf16's 2)."),
+        (lambda a: _close(a, _kv() / 2, 0.001), "2x too small: the cache holds keys AND values."),
+        (lambda a: _close(a, _kv() / 80, 0.001), "that is one layer; all 80 layers keep their own."),
+    ],
+))
+
+
+# 7.6 -------------------------------------------------------------------------------------
+def _fit(kv="int8", with_weights=True):
+    if with_weights:
+        return inf.fit_batch("llama3-8b", "gpu-h100", 1, 32768, kv_dtype=kv).max_batch
+    per_seq = inf.kv_bytes_per_sequence("llama3-8b", 32768, dtype=kv)
+    return int(get_chip("gpu-h100").hbm_bytes // per_seq)
+
+
+register(NumericExercise(
+    id="7.6", title="The batch that fits with an int8 cache", unit="sequences", integer=True,
+    reference=_fit,
+    hints=[
+        (lambda a: a == _fit("bf16"), "that is a bf16 cache; int8 halves the bytes per token."),
+        (lambda a: a == _fit() + 1, "one too many: round down, a partial sequence does not fit."),
+        (lambda a: a == _fit(with_weights=False), "the bf16 weights take their 16 GB first."),
+    ],
+))
+
+
+# 7.7 -------------------------------------------------------------------------------------
+def _v_star(topology="torus"):
+    return collectives.latency_bound_bytes("all-reduce", 16, "tpu-v5e", hop_latency=1e-6,
+                                           topology=topology)
+
+
+register(NumericExercise(
+    id="7.7", title="When an all-reduce is latency-bound", unit="bytes", rtol=0.03,
+    reference=_v_star,
+    hints=[
+        (lambda a: _close(a, _v_star("ring")),
+         "that is a one-way ring; on a torus axis half the data goes each way (2 W_ici)."),
+        (lambda a: _close(a, _v_star() * 15 / 16),
+         "the bandwidth term has (n - 1) / n and the latency term n - 1 steps: the n - 1 cancel, "
+         "leaving 2 n W_ici t_hop."),
+        (lambda a: _close(a, _v_star() / 2),
+         "2x too small: the all-reduce has 2 (n - 1) steps and 2 (n - 1) / n of the bytes; "
+         "the factors 2 cancel, but both must be there."),
+    ],
+))
+
+
+# 7.8 -------------------------------------------------------------------------------------
+def _tp_bound():
+    return inf.tp_decode_times("llama3-70b", "tpu-v5e", 8, 32, hop_latency=1e-6).bound
+
+
+register(ChoiceExercise(
+    id="7.8", title="What bounds tensor-parallel decode?",
+    choices=("memory", "compute", "communication"), reference=_tp_bound,
+    hints={"memory": "memory time falls as 1/n; compare it with 2 L all-reduces, each 2 (n - 1) "
+                     "hops of 1 µs.",
+           "compute": "at batch 8 the FLOPs are tiny next to the bytes; compare memory with the "
+                      "latency of 2 L all-reduces.",
+           "communication": "compare the three times again."},
+))
+
+
+# 7.9 -------------------------------------------------------------------------------------
+def _speedup(alpha=0.7, k=4, rho=0.1):
+    return inf.speculative_gain(alpha, k, rho).speedup
+
+
+register(NumericExercise(
+    id="7.9", title="Does speculation pay?", unit="ratio", rtol=0.02, reference=_speedup,
+    hints=[
+        (lambda a: _close(a, _speedup(rho=0.0)),
+         "that is the tokens per step alone; each step also pays gamma draft steps of rho each."),
+        (lambda a: _close(a, (1 - 0.7 ** 4) / 0.3 / 1.4),
+         "the sum runs from alpha^0 to alpha^gamma: gamma + 1 terms (the target always adds one "
+         "token of its own)."),
+        (lambda a: _close(a, 5 / 1.4), "that assumes every draft token is accepted (alpha = 1)."),
+    ],
+))
+
+
+# 7.10 ------------------------------------------------------------------------------------
+def _kvs_ref(n_kv_heads, batch, n_shards):
+    s = inf.kv_cache_sharding(n_kv_heads, batch, n_shards)
+    return (s.head_shards, s.batch_shards)
+
+
+_CASES_10 = [(8, 36, 12), (8, 32, 4), (8, 32, 32), (4, 16, 8), (1, 8, 8), (8, 64, 16)]
+
+
+def _pair(got):
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__len__") or len(got) != 2:
+        return None
+    a, b = (as_number(x) for x in got)
+    return None if a is None or b is None else (a, b)
+
+
+register(CodeExercise(
+    id="7.10", title="KV-cache sharding, in code", reference=_kvs_ref, cases=_CASES_10,
+    compare=lambda got, want: _pair(got) == want,
+    describe=lambda K, B, n: f"n_kv_heads={K}, batch={B}, n_shards={n}",
+    hints=[
+        (lambda got, want, args: _pair(got) == (min(args[0], args[2]), args[2] / min(args[0], args[2])),
+         "min(n_kv_heads, n_shards) need not divide n_shards: 8 heads on 12 shards split 4 ways, "
+         "the largest number that divides both (math.gcd)."),
+        (lambda got, want, args: _pair(got) == (args[2], 1),
+         "a KV head cannot be split: at most n_kv_heads ways over heads, the rest over the batch."),
+        (lambda got, want, args: _pair(got) == (want[1], want[0]),
+         "the order is (head_shards, batch_shards)."),
+        (lambda got, want, args: _pair(got) is None, "return a pair (head_shards, batch_shards)."),
+    ],
+))
+
+
+# 7.11 ------------------------------------------------------------------------------------
+_CASES_11 = [(0.8, 4), (0.5, 1), (1.0, 5), (0.0, 3), (0.95, 10), (0.3, 7)]
+
+register(CodeExercise(
+    id="7.11", title="Expected tokens per target step, in code",
+    reference=inf.speculative_tokens_per_step, cases=_CASES_11, rtol=1e-9,
+    describe=lambda a, g: f"alpha={a}, gamma={g}",
+    hints=[
+        (lambda got, want, args: _close(as_number(got), want - 1, 1e-9),
+         "one too few: the target always adds its own token, so the sum starts at alpha^0 = 1."),
+        (lambda got, want, args: _close(as_number(got), want - args[0] ** args[1], 1e-9),
+         "the sum runs to alpha^gamma (gamma + 1 terms)."),
+        (lambda got, want, args: _close(as_number(got), args[0] ** args[1], 1e-9),
+         "alpha^gamma is the chance that all gamma are accepted; sum the chances of each length."),
+    ],
+))
+
+
+# 7.12 ------------------------------------------------------------------------------------
+def _attend_ref(q, k_new, v_new, k_cache, v_cache, pos, mask=True, scale=True, at=None):
+    import jax.numpy as jnp
+    at = pos if at is None else at
+    k_cache = k_cache.at[:, at].set(k_new)
+    v_cache = v_cache.at[:, at].set(v_new)
+    s = jnp.einsum("bh,bth->bt", q, k_cache)
+    if scale:
+        s = s / math.sqrt(q.shape[-1])
+    if mask:
+        s = jnp.where(jnp.arange(k_cache.shape[1])[None, :] <= pos, s, -jnp.inf)
+    p = jnp.exp(s - s.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    return jnp.einsum("bt,bth->bh", p, v_cache), k_cache, v_cache
+
+
+def _attend_case(B, T, h, pos, seed):
+    import jax.numpy as jnp
+    rng = np.random.default_rng(seed)
+    arr = [jnp.asarray(rng.normal(size=s).astype(np.float32))
+           for s in [(B, h), (B, h), (B, h), (B, T, h), (B, T, h)]]
+    return (*arr, pos)
+
+
+_CASES_12 = [_attend_case(2, 8, 4, 3, 0), _attend_case(3, 16, 8, 0, 1),
+             _attend_case(1, 5, 16, 4, 2), _attend_case(4, 12, 6, 7, 3)]
+
+
+def _arrays_close(got, want, rtol=1e-4):
+    if isinstance(got, (str, bytes)) or not isinstance(got, (tuple, list)) or len(got) != 3:
+        return False
+    try:
+        return all(np.shape(g) == np.shape(w) and np.allclose(np.asarray(g), np.asarray(w),
+                                                               rtol=rtol, atol=1e-5)
+                   for g, w in zip(got, want))
+    except Exception:
+        return False
+
+
+def _out_close(got, args, **kw):
+    want = _attend_ref(*args, **kw)
+    try:
+        return np.allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-4, atol=1e-5)
+    except Exception:
+        return False
+
+
+register(CodeExercise(
+    id="7.12", title="A decode step with a KV cache, in code", reference=_attend_ref,
+    cases=_CASES_12, compare=_arrays_close,
+    describe=lambda q, kn, vn, kc, vc, pos: f"B={q.shape[0]}, T={kc.shape[1]}, h={q.shape[1]}, "
+                                            f"pos={pos}",
+    hints=[
+        (lambda got, want, args: _out_close(got, args, mask=False),
+         "the query attended to every slot of the cache: mask the positions after pos "
+         "(they hold garbage, or the future)."),
+        (lambda got, want, args: _out_close(got, args, scale=False),
+         "divide the scores q . k by sqrt(h) before the softmax."),
+        (lambda got, want, args: args[5] + 1 < args[3].shape[1]
+         and _out_close(got, args, at=args[5] + 1),
+         "the new key and value go to slot pos (positions count from 0), not pos + 1."),
+        (lambda got, want, args: _out_close(got, args) and not _arrays_close(got, want),
+         "the output is right, but return the updated caches too: (out, k_cache, v_cache)."),
+        (lambda got, want, args: not isinstance(got, (tuple, list)) or len(got) != 3,
+         "return a tuple (out, k_cache, v_cache)."),
+    ],
+))
+
+
+# 7.13 ------------------------------------------------------------------------------------
+def _paged_ref(lengths, page_size):
+    return inf.paged_kv_tokens(lengths, page_size, max(lengths)).paged
+
+
+_CASES_13 = [([16, 32, 17, 1], 16), ([100, 200, 300], 64), ([7], 8), ([8, 8, 8], 8),
+             ([4096, 1, 513], 256)]
+
+register(CodeExercise(
+    id="7.13", title="Paged cache slots, in code", reference=_paged_ref, cases=_CASES_13,
+    compare=lambda got, want: as_number(got) == want,
+    describe=lambda ls, p: f"lengths={ls}, page_size={p}",
+    hints=[
+        (lambda got, want, args: as_number(got) == sum(x // args[1] * args[1] for x in args[0]),
+         "rounding down drops the last partial page: a sequence needs ceil(length / page) pages."),
+        (lambda got, want, args: as_number(got) == sum((x // args[1] + 1) * args[1] for x in args[0]),
+         "length // page + 1 pages is one page too many when the length is an exact multiple "
+         "of the page: use ceil(length / page)."),
+        (lambda got, want, args: as_number(got) == sum(math.ceil(x / args[1]) for x in args[0]),
+         "that counts pages; the question asks for token slots (pages x page_size)."),
+        (lambda got, want, args: as_number(got) == sum(args[0]),
+         "that is the tokens used; pages are allocated whole."),
+    ],
+))
