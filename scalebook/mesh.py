@@ -40,6 +40,7 @@ class RestartNeeded(RuntimeError):
     """The kernel runs a JAX that is no longer the installed one (an install replaced it)."""
 
 _chosen: list | None = None
+_figure_hook = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,63 @@ def version_notes() -> list[str]:
             "outputs may differ."]
 
 
+def describe_figure(fig) -> str:
+    """A sentence saying what a matplotlib figure shows, from its titles and axis labels
+    (the site uses it as the figure's alt text and caption)."""
+    parts = []
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None and sup.get_text().strip():
+        parts.append(sup.get_text().strip())
+    for ax in fig.axes:
+        title, x, y = ax.get_title().strip(), ax.get_xlabel().strip(), ax.get_ylabel().strip()
+        if not (title or x or y):
+            continue
+        axes = f"{y or 'values'} against {x}" if x else (y or "")
+        parts.append(f"{title}: {axes}" if title and axes else title or axes)
+    text = "; ".join(dict.fromkeys(p.replace("\n", " ") for p in parts if p))
+    return (text[0].upper() + text[1:] + ".") if text else "A figure drawn by the code above."
+
+
+def _sharp_described_figures() -> None:
+    """In a notebook with matplotlib's inline backend: draw figures as 2x PNG (sharp on
+    high-density screens, shown at their normal size) with describe_figure's text stored in
+    the PNG, where the book's site reads it for alt text and caption."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return
+    import matplotlib
+
+    if "inline" not in str(matplotlib.get_backend()).lower() and "inline" not in \
+            str(matplotlib.rcParams.get("backend", "")).lower():
+        return
+    # Importing the backend sets its own formatters (it does so once, at import): first.
+    import matplotlib_inline.backend_inline  # noqa: F401
+    from IPython.core.pylabtools import retina_figure
+    from matplotlib.figure import Figure
+
+    def png(fig):
+        return retina_figure(fig, base64=True, metadata={"Description": describe_figure(fig)})
+
+    def install(*_):
+        ip.display_formatter.formatters["image/png"].for_type(Figure, png)
+
+    install()
+    # The inline backend may set its own formatter again after this cell (when it finishes
+    # configuring itself), so ours is put back before every cell.
+    global _figure_hook
+    if _figure_hook is not None:
+        try:
+            ip.events.unregister("pre_run_cell", _figure_hook)
+        except ValueError:
+            pass
+    _figure_hook = install
+    ip.events.register("pre_run_cell", install)
+
+
 def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
     """Give JAX ``n_devices`` devices and report what the notebook runs on.
 
@@ -126,6 +184,7 @@ def setup(n_devices: int = 8, quiet: bool = False) -> Setup:
             # e.g. one Colab GPU: arrays should live on the simulated mesh, not the GPU.
             jax.config.update("jax_default_device", cpus[0])
     _chosen = chosen
+    _sharp_described_figures()
     info = Setup(platform=chosen[0].platform, n_devices=len(chosen), simulated=simulated,
                  jax_version=jax.__version__)
     if not quiet:

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 import scalebook
 
 scalebook.setup(quiet=True)
@@ -26,3 +28,34 @@ def pytest_collection_modifyitems(config, items):
     # is stable, so the cells of a notebook keep their order.
     if hasattr(config, "workerinput"):
         items.sort(key=_share)
+
+
+# The website, built once per test run and shared by the tests that read it (test_site.py,
+# test_browser.py): under xdist the workers share pytest's base temporary folder, and a file
+# lock makes the first worker that asks build it while the others wait for it.
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    import fcntl
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if os.environ.get("SCALEBOOK_BUILT_SITE"):   # authoring only: reuse a site built before
+        out = Path(os.environ["SCALEBOOK_BUILT_SITE"])
+        return out / "_build" / "html", {"returncode": 0, "stdout": "", "stderr": ""}
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    out, result = base / "site", base / "site-build.json"
+    with open(base / "site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            root = Path(__file__).resolve().parents[1]
+            jb = Path(sys.executable).with_name("jupyter-book")
+            r = subprocess.run([str(jb), "build", str(root), "--path-output", str(out), "-W",
+                                "-n", "--keep-going"], capture_output=True, text=True,
+                               timeout=900)
+            result.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout[-3000:],
+                                          "stderr": r.stderr[-3000:]}))
+    return out / "_build" / "html", json.loads(result.read_text())

@@ -14,14 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    r = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n", "--keep-going"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "warning" not in r.stderr.lower(), r.stderr[-3000:]
-    return out / "_build" / "html"
+def site(built_site):
+    html, r = built_site   # built once per run, shared with test_browser.py (conftest.py)
+    assert r["returncode"] == 0, r["stdout"] + r["stderr"]
+    assert "warning" not in r["stderr"].lower(), r["stderr"]
+    return html
 
 
 def test_pages_exist(site):

@@ -55,6 +55,10 @@ def copy_mathjax(static_dir: Path) -> Path:
 def _config_inited(app, config):
     config.mathjax_path = MATHJAX_PATH
     config.html_static_path = list(config.html_static_path) + [str(STATIC)]
+    # pydata-sphinx-theme logs a console error on every page when no default mode is set.
+    options = dict(config.html_theme_options or {})
+    options.setdefault("default_mode", "auto")
+    config.html_theme_options = options
     if not config.html_favicon:
         config.html_favicon = str(STATIC / "favicon.svg")
 
