@@ -24,6 +24,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -228,14 +229,20 @@ def suite_table(parts: list[tuple[str, list[str], float, int, str]]) -> str:
     return markdown_table(["part", "command", "wall s", "exit", "pytest says"], rows)
 
 
+def as_node(nb: dict):
+    """NB (a notebook as stored: JSON, sources as lists of lines) as the NotebookNode nbclient
+    runs, a copy: read the way nbformat reads a file, so list sources become strings."""
+    import nbformat
+
+    return nbformat.reads(json.dumps(nb), as_version=4)
+
+
 def _run_notebook(nb: dict, cwd: Path, timeout: int = 600) -> float:
     """Wall seconds to run NB in a fresh python3 kernel (start included), as tools/notebooks.py
     execute does, but the notebook is a copy in memory and nothing is written back."""
-    import nbformat
     from nbclient import NotebookClient
 
-    node = nbformat.from_dict(json.loads(json.dumps(nb)))
-    client = NotebookClient(node, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(as_node(nb), timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd)}})
     t0 = time.perf_counter()
     client.execute()
@@ -268,7 +275,8 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
             try:
                 times[name].append(_run_notebook(json.loads(p.read_text()), p.parent))
             except Exception as e:  # a failing notebook is reported, the others still run
-                last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [""]
+                text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the traceback's colours
+                last = [ln for ln in text.splitlines() if ln.strip()][-1:] or [""]
                 failed[name] = f"{type(e).__name__}: {last[0].strip()}"
             _say(f"round {r}: floor {floor[-1]:.1f} s, {name} "
                  + (f"{times[name][-1]:.1f} s" if name not in failed else "FAILED"))

@@ -35,6 +35,15 @@ def test_floor_notebook_is_the_setup_cell_alone_without_outputs():
     assert nb["cells"][2]["outputs"], "the source notebook is left as it was"
 
 
+def test_floor_notebook_of_a_stored_notebook_is_what_nbclient_runs():
+    stored = json.loads((ROOT / "notebooks" / "01_rooflines.ipynb").read_text())
+    assert isinstance(tasks.setup_cell(stored)["source"], list), "stored sources are lists of lines"
+    node = tasks.as_node(tasks.floor_notebook(stored))
+    assert len(node.cells) == 1 and isinstance(node.cells[0].source, str)
+    assert "scalebook" in node.cells[0].source and node.cells[0].outputs == []
+    assert tasks.as_node(stored).cells[2].source == node.cells[0].source
+
+
 def test_floor_notebook_needs_a_setup_cell():
     with pytest.raises(ValueError):
         tasks.floor_notebook(_nb([_code("x = 1", ["hide-input"])]))
