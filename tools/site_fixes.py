@@ -56,9 +56,10 @@ def _config_inited(app, config):
     config.mathjax_path = MATHJAX_PATH
     config.html_static_path = list(config.html_static_path) + [str(STATIC)]
     # pydata-sphinx-theme logs a console error on every page when no default mode is set.
-    options = dict(config.html_theme_options or {})
-    options.setdefault("default_mode", "auto")
-    config.html_theme_options = options
+    # (its templates read default_mode from the page context)
+    context = dict(config.html_context or {})
+    context.setdefault("default_mode", "auto")
+    config.html_context = context
     if not config.html_favicon:
         config.html_favicon = str(STATIC / "favicon.svg")
 
