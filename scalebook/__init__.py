@@ -3,7 +3,8 @@
 ``import scalebook`` imports only the set-up code (not JAX); import a module to use it.
 Every formula or constant the book uses more than once lives in exactly one place below.
 
-Modules (chapter that derives them)
+Modules (chapter that derives them)::
+
   hardware        chip specifications with a source per figure: get_chip, all_chips, spec_table (2)
   roofline        the three clocks and their bounds; matmul FLOPs/bytes/intensity (1)
   chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2)
@@ -27,7 +28,8 @@ Modules (chapter that derives them)
   assign          make an assignment (per-student variants, key): python -m scalebook.assign
   errors          error types with readers' messages
 
-Formula or task -> function
+Formula or task -> function::
+
   T_math, T_mem, T_comm and max/sum bounds        roofline.time_bounds (Bounds)
   FLOPs = 2BDF, bytes = s(BD+DF+BF), intensity    roofline.matmul_flops / matmul_bytes / matmul_intensity
   dot product FLOPs and bytes                     roofline.dot_flops / dot_bytes

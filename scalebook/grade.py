@@ -793,7 +793,7 @@ def _feedback(g: Grade, key: Key) -> str:
 
 
 def write_outputs(grades: list[Grade], key: Key, out: Path) -> str:
-    """grades.csv, feedback/*.md, summary.md under ``out``; returns the summary table."""
+    """``grades.csv``, ``feedback/*.md``, ``summary.md`` under ``out``; returns the summary table."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "grades.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")

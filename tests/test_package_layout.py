@@ -18,7 +18,7 @@ MODULES = sorted(m.name for m in pkgutil.iter_modules(scalebook.__path__))
 
 def _index_lines():
     doc = scalebook.__doc__
-    return doc.split("Formula or task -> function", 1)[1].strip().splitlines()
+    return doc.split("Formula or task -> function::", 1)[1].strip().splitlines()
 
 
 def test_every_module_is_listed_in_the_package_docstring():
