@@ -15,7 +15,8 @@ from .. import roofline as rl
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise
+from .kinds import (ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise,
+                    mesh_inputs, returns_something)
 
 __all__ = ["MESH_SHAPE", "MESH_AXES"]
 
@@ -189,21 +190,6 @@ register(NumericExercise(
 # Code exercises run on the mesh
 # ------------------------------------------------------------------------------------------
 
-def _inputs(shapes, seed):
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
-
-
-def _guard(answer):
-    def body(*blocks):
-        out = answer(*blocks)
-        if out is None:
-            raise NotAttempted
-        return out
-    return body
-
-
 def _only_kinds(records, allowed):
     return [r for r in records if r.kind not in allowed]
 
@@ -213,10 +199,10 @@ def _build_fsdp(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
-    x, w = _inputs([(B, D), (D, F)], seed=B + D + F)
+    x, w = mesh_inputs([(B, D), (D, F)], seed=B + D + F)
     x = jax.device_put(x, NamedSharding(mesh, P("x", None)))
     w = jax.device_put(w, NamedSharding(mesh, P("y", None)))
-    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=(P("x", None), P("y", None)),
+    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=(P("x", None), P("y", None)),
                                out_specs=P("x", None)))
     return fn, (x, w)
 
@@ -251,10 +237,10 @@ def _build_rs(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
-    x, w = _inputs([(B, D), (D, F)], seed=3 * B + D + F)
+    x, w = mesh_inputs([(B, D), (D, F)], seed=3 * B + D + F)
     x = jax.device_put(x, NamedSharding(mesh, P(None, "y")))
     w = jax.device_put(w, NamedSharding(mesh, P("y", None)))
-    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=(P(None, "y"), P("y", None)),
+    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=(P(None, "y"), P("y", None)),
                                out_specs=P(None, "y")))
     return fn, (x, w)
 
@@ -296,7 +282,7 @@ def _build_specs(answer, case, mesh):
     sa, sb, sc = (NamedSharding(mesh, s) for s in specs)
     if math.prod(sc.shard_shape((M, N))) * 8 != M * N:
         raise ValueError(f"the output sharding {specs[2]} leaves each device more than 1/8 of C")
-    a, b = _inputs([(M, K), (K, N)], seed=M * K + N)
+    a, b = mesh_inputs([(M, K), (K, N)], seed=M * K + N)
     a, b = jax.device_put(a, sa), jax.device_put(b, sb)
     fn = jax.jit(lambda a, b: a @ b, out_shardings=sc)
     return fn, (a, b)

@@ -15,7 +15,7 @@ from ..hardware import get_chip
 from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise, NotAttempted,
-                    NumericExercise)
+                    NumericExercise, mesh_inputs, returns_something)
 
 __all__ = []
 
@@ -253,21 +253,6 @@ register(NumericExercise(
 # Code answers
 # ------------------------------------------------------------------------------------------
 
-def _inputs(shapes, seed):
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
-
-
-def _guard(answer):
-    def body(*blocks):
-        out = answer(*blocks)
-        if out is None:
-            raise NotAttempted
-        return out
-    return body
-
-
 def _mlp(x, w_in, w_out):
     import numpy as np
     return np.maximum(x @ w_in, 0) @ w_out
@@ -278,9 +263,9 @@ def _build_fsdp(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
-    arrays = _inputs([(B, D), (D, F), (F, D)], seed=B + D + F)
+    arrays = mesh_inputs([(B, D), (D, F), (F, D)], seed=B + D + F)
     args = [jax.device_put(a, NamedSharding(mesh, P("data"))) for a in arrays]
-    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=P("data"),
+    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=P("data"),
                                out_specs=P("data")))
     return fn, args
 
@@ -321,10 +306,10 @@ def _build_tp(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
-    x, w_in, w_out = _inputs([(B, D), (D, F), (F, D)], seed=2 * B + D + F)
+    x, w_in, w_out = mesh_inputs([(B, D), (D, F), (F, D)], seed=2 * B + D + F)
     specs = (P("x", None), P(None, "y"), P("y", None))
     args = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, w_in, w_out), specs)]
-    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=specs,
+    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=specs,
                                out_specs=P("x", None)))
     return fn, args
 
@@ -359,9 +344,9 @@ def _build_experts(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     C, D = case
-    buckets, w = _inputs([(8 * 8, C, D), (8, D, D)], seed=C * D)
+    buckets, w = mesh_inputs([(8 * 8, C, D), (8, D, D)], seed=C * D)
     args = [jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (buckets, w)]
-    fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=P("ep"), out_specs=P("ep")))
+    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=P("ep"), out_specs=P("ep")))
     return fn, args
 
 
@@ -456,7 +441,7 @@ def _build_specs(answer, case, mesh):
     for name, s, shape in [("W_in", s_in, (D, F)), ("W_out", s_out, (F, D))]:
         if math.prod(s.shard_shape(shape)) * 8 != math.prod(shape):
             raise ValueError(f"{name} with {s.spec} leaves each device more than 1/8 of it")
-    x, w_in, w_out = _inputs([(B, D), (D, F), (F, D)], seed=B * D + F)
+    x, w_in, w_out = mesh_inputs([(B, D), (D, F), (F, D)], seed=B * D + F)
     xs = NamedSharding(mesh, P(*_X_SPEC))
     fn = jax.jit(lambda x, a, b: jax.nn.relu(x @ a) @ b, in_shardings=(xs, s_in, s_out),
                  out_shardings=xs)

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass, field
 
 from .. import hlo, profiling
-from ..collectives import ring_bytes
 from ..hardware import get_chip
 from ..models import get_model
 from .core import CORRECT, UNANSWERED, WRONG, Exercise, register

@@ -14,7 +14,8 @@ from .. import collectives
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise
+from .kinds import (ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise,
+                    mesh_inputs, returns_something)
 
 __all__ = ["MESH_SHAPE", "MESH_AXES"]
 
@@ -145,28 +146,13 @@ register(ChoiceExercise(
 # Code exercises on the mesh
 # ------------------------------------------------------------------------------------------
 
-def _inputs(shapes, seed):
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
-
-
-def _guard(answer):
-    def body(*blocks):
-        out = answer(*blocks)
-        if out is None:
-            raise NotAttempted
-        return out
-    return body
-
-
 def _shard_map_build(in_specs, out_spec, shapes, seed_of):
     def build(answer, case, mesh):
         import jax
         from jax.sharding import NamedSharding
-        arrays = _inputs(shapes(*case), seed=seed_of(*case))
+        arrays = mesh_inputs(shapes(*case), seed=seed_of(*case))
         args = tuple(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, in_specs()))
-        fn = jax.jit(jax.shard_map(_guard(answer), mesh=mesh, in_specs=in_specs(),
+        fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=in_specs(),
                                    out_specs=out_spec()))
         return fn, args
     return build
@@ -258,7 +244,7 @@ def _build_kv(answer, case, mesh):
         raise TypeError("return one PartitionSpec with at most 4 entries, e.g. P(..., ..., ..., ...)")
     dm = mesh
     Bs, T, K, G, h = case
-    q, k, v = _inputs([(Bs, K, G, h), (Bs, T, K, h), (Bs, T, K, h)], seed=Bs * T + K + G)
+    q, k, v = mesh_inputs([(Bs, K, G, h), (Bs, T, K, h), (Bs, T, K, h)], seed=Bs * T + K + G)
     from ..sharding import shard_shape
     try:
         block = shard_shape(k.shape, spec, dm)
@@ -330,10 +316,10 @@ def _build_fix(answer, case, mesh):
     from ..mesh import make_mesh
     em = make_mesh(MESH_SHAPE, MESH_AXES, explicit=True)
     B, D, F = case
-    a, b = _inputs([(B, D), (D, F)], seed=7 * B + D + F)
+    a, b = mesh_inputs([(B, D), (D, F)], seed=7 * B + D + F)
     a = jax.device_put(a, NamedSharding(em, PartitionSpec("x", "y")))
     b = jax.device_put(b, NamedSharding(em, PartitionSpec("y", None)))
-    return _UnderMesh(jax.jit(_guard(answer)), em), (a, b)
+    return _UnderMesh(jax.jit(returns_something(answer)), em), (a, b)
 
 
 def _fix_collectives(records, case):

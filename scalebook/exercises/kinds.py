@@ -17,7 +17,7 @@ from .. import hlo
 from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, strict_checks
 
 __all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
-           "MeshProgramExercise", "NotAttempted", "as_number"]
+           "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something"]
 
 
 def _hint_applies(predicate, *args) -> bool:
@@ -328,3 +328,20 @@ class MeshProgramExercise(Exercise):
                                            f"(the compiled program has: {kinds}).")
         return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
                                      f"and the intended collectives.")
+
+
+def mesh_inputs(shapes, seed):
+    """Random float32 arrays of the given shapes, the same for every run with ``seed``."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def returns_something(answer):
+    """Wrap a student's per-device function so that returning None means "not attempted"."""
+    def body(*blocks):
+        out = answer(*blocks)
+        if out is None:
+            raise NotAttempted
+        return out
+    return body
