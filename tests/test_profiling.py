@@ -179,7 +179,7 @@ def test_synthetic_trace_table():
 @pytest.mark.parametrize("content,match", [
     (b"", "not a \\(gzipped\\) JSON trace"),
     (b"{not json", "not a \\(gzipped\\) JSON trace"),
-    (gzip.compress(b"[1, 2"), "not a \\(gzipped\\) JSON trace"),
+    (gzip.compress(b"[1, 2", mtime=0), "not a \\(gzipped\\) JSON trace"),   # mtime: a stable test id
     (json.dumps({"events": []}).encode(), "no 'traceEvents'"),
     (json.dumps({"traceEvents": []}).encode(), "no executed HLO ops"),
     (json.dumps({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "name": "python"}]}).encode(),
