@@ -4,6 +4,7 @@
     python3 tasks.py build    # build the website into _build/html (warnings are errors)
     python3 tasks.py test     # run the whole test suite
     python3 tasks.py bench    # time every notebook against a kernel-plus-set-up floor, and the suite
+    python3 tasks.py student  # the student edition (no solutions) and its site, in _build/student
 
 Each command creates (or reuses) the virtual environment .venv with Python 3.12 and the
 locked, hash-checked versions in requirements.lock, plus this repository's package
@@ -325,8 +326,15 @@ def bench(args: list[str]) -> int:
     return _bench_in_venv(opts)
 
 
+def student(args: list[str]) -> int:
+    """The student edition: tools/student_edition.py, run with the venv (options: --help)."""
+    py = ensure_venv()
+    return subprocess.run([str(py), str(ROOT / "tools" / "student_edition.py")] + args,
+                          cwd=ROOT, env=_env()).returncode
+
+
 def main() -> int:
-    commands = {"build": build, "test": test, "bench": bench}
+    commands = {"build": build, "test": test, "bench": bench, "student": student}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2
