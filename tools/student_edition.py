@@ -70,6 +70,19 @@ class StudentEditionError(RuntimeError):
     pass
 
 
+def rewrite_repository(text: str, repo_from: str | None, repo_to: str | None) -> str:
+    """TEXT with the book's repository replaced: its URL (set-up cell) and its Colab path
+    (``colab.research.google.com/github/OWNER/NAME/...``, the badges)."""
+    if not (repo_from and repo_to):
+        return text
+    text = text.replace(repo_from, repo_to)
+    gh = "https://github.com/"
+    if repo_from.startswith(gh) and repo_to.startswith(gh):
+        text = text.replace("/github/" + repo_from[len(gh):] + "/",
+                            "/github/" + repo_to[len(gh):] + "/")
+    return text
+
+
 def strip_text(text: str) -> str:
     """Markdown without its instructor-only blocks and its sentences that link to solutions."""
     text = _INSTRUCTOR_BLOCK.sub("", text)
@@ -102,8 +115,7 @@ def strip_notebook(nb: dict, repo_from: str | None = None, repo_to: str | None =
         text = _source(cell)
         if cell["cell_type"] == "markdown":
             text = strip_text(text)
-        if repo_from and repo_to:
-            text = text.replace(repo_from, repo_to)
+        text = rewrite_repository(text, repo_from, repo_to)
         _set_source(cell, text)
         cells.append(cell)
     nb["cells"] = cells
@@ -114,8 +126,7 @@ def strip_myst(text: str, repo_from: str | None = None, repo_to: str | None = No
     """The MyST half of a pair, stripped the same way (cells are split at ``+++`` and fences)."""
     parts = re.split(r"(?m)^(?=\+\+\+|```\{code-cell\})", text)
     keep = [p for p in parts if not _SOLUTION_HEADING.match(re.sub(r"^\+\+\+.*\n\s*", "", p))]
-    out = strip_text("".join(keep))
-    return out.replace(repo_from, repo_to) if repo_from and repo_to else out
+    return rewrite_repository(strip_text("".join(keep)), repo_from, repo_to)
 
 
 def student_toc(toc: dict) -> dict:
@@ -173,7 +184,7 @@ def make_sources(root: Path, dest: Path, repository: str | None = None) -> list[
             elif f.suffix == ".md" and rel.parts[0] in ("book", "notebooks"):
                 out.write_text(strip_myst(f.read_text(), repo_from, repo_to))
             elif rel.as_posix() == "_config.yml" and repo_to:
-                out.write_text(config.replace(repo_from, repo_to))
+                out.write_text(rewrite_repository(config, repo_from, repo_to))
             else:
                 shutil.copy2(f, out)
             written.append(out)
