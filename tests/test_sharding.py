@@ -275,3 +275,20 @@ def test_real_size_training_layer_collectives_by_hand():
     for r in ar:
         assert r.operand_shapes == ("bf16[1,4096,8192]",)
         assert math.isclose(r.bytes_per_device, 2 * 7 / 8 * 4096 * D * 2)
+
+
+# the chapter shows JAX's errors for real ----------------------------------------------------
+def test_chapter_10_raises_its_errors_in_tagged_cells():
+    """Section 10.3's ambiguity error and section 10.7's mistakes are real errors, stored in
+    cells tagged raises-exception (not caught and printed); nbval checks a fresh run raises them."""
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" /
+                     "10_jax_sharding.ipynb").read_text())
+    raised = [o["ename"] for c in nb["cells"] if c["cell_type"] == "code"
+              and "raises-exception" in c["metadata"].get("tags", [])
+              for o in c["outputs"] if o["output_type"] == "error"]
+    assert "ShardingTypeError" in raised and "IndivisibleError" in raised
+    assert raised.count("ValueError") >= 5 and "TypeError" in raised
+    assert not any("except Exception" in "".join(c["source"]) for c in nb["cells"]), \
+        "errors are raised, not caught and printed"
