@@ -25,7 +25,7 @@ def _m(name):
 
 # 7.1 -------------------------------------------------------------------------------------
 def _b_star(weight="int8", compute="int8"):
-    return inf.decode_critical_batch("tpu-v6e", weight, compute)
+    return inf.decode_critical_batch("gpu-a100", weight, compute)
 
 
 register(NumericExercise(
@@ -43,19 +43,22 @@ register(NumericExercise(
 
 
 # 7.2 -------------------------------------------------------------------------------------
+_B2, _T2 = 48, 8192
+
+
 def _t_mem(kv=True, n=8, kv_bytes=2, all_params=False):
     m = _m("llama3-70b")
     w = (m.num_params() if all_params else m.matmul_params()) * 2
-    cache = 32 * 4096 * m.kv_cache_bytes_per_token(kv_bytes) if kv else 0
+    cache = _B2 * _T2 * m.kv_cache_bytes_per_token(kv_bytes) if kv else 0
     return (w + cache) / (n * get_chip("gpu-h100").hbm_bandwidth)
 
 
 register(NumericExercise(
     id="7.2", title="Minimum decode step of 70B", unit="seconds", rtol=0.03,
-    reference=lambda: inf.decode_step_time("llama3-70b", "gpu-h100", 32, 4096, n_chips=8).t_mem,
+    reference=lambda: inf.decode_step_time("llama3-70b", "gpu-h100", _B2, _T2, n_chips=8).t_mem,
     hints=[
         (lambda a: _close(a, _t_mem(kv=False)), "that is the weights alone; every sequence also "
-                                                "reads its own 4,096 tokens of cache."),
+                                                "reads its own 8,192 tokens of cache."),
         (lambda a: _close(a, _t_mem(n=1)), "8x too large: the 8 chips read their shares at the "
                                            "same time, so divide by 8 W_hbm."),
         (lambda a: _close(a, _t_mem(kv_bytes=4)), "the cache is bf16, 2 bytes per element."),
@@ -67,7 +70,7 @@ register(NumericExercise(
 # 7.3 -------------------------------------------------------------------------------------
 def _ttft(causal=True, attention=True, factor=1):
     m = _m("llama3-70b")
-    S = 8192
+    S = 16384
     per_tok = m.dense_flops_per_token() * factor
     if attention:
         per_tok += m.attention_flops_per_token(S, causal=causal)
@@ -76,7 +79,7 @@ def _ttft(causal=True, attention=True, factor=1):
 
 register(NumericExercise(
     id="7.3", title="Time to first token", unit="seconds", rtol=0.02,
-    reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 8192, n_chips=8).lower,
+    reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 16384, n_chips=8).lower,
     hints=[
         (lambda a: _close(a, _ttft(causal=False), 0.01),
          "that counts the full S x S score matrix; a causal kernel skips the masked half."),
@@ -148,7 +151,7 @@ register(NumericExercise(
 
 # 7.7 -------------------------------------------------------------------------------------
 def _v_star(topology="torus"):
-    return collectives.latency_bound_bytes("all-reduce", 16, "tpu-v5e", hop_latency=1e-6,
+    return collectives.latency_bound_bytes("all-reduce", 16, "tpu-v5p", hop_latency=2e-6,
                                            topology=topology)
 
 
@@ -157,30 +160,36 @@ register(NumericExercise(
     reference=_v_star,
     hints=[
         (lambda a: _close(a, _v_star("ring")),
-         "that is a one-way ring; on a torus axis half the data goes each way (2 W_ici)."),
+         "2x too small: either a one-way ring (on a torus axis half the data goes each way, "
+         "2 W_ici), or n - 1 latency steps instead of the all-reduce's 2 (n - 1)."),
         (lambda a: _close(a, _v_star() * 15 / 16),
          "the bandwidth term has (n - 1) / n and the latency term n - 1 steps: the n - 1 cancel, "
          "leaving 2 n W_ici t_hop."),
-        (lambda a: _close(a, _v_star() / 2),
-         "2x too small: the all-reduce has 2 (n - 1) steps and 2 (n - 1) / n of the bytes; "
-         "the factors 2 cancel, but both must be there."),
+        (lambda a: _close(a, _v_star() * 2),
+         "2x too large: the all-reduce's 2 (n - 1) latency steps go with 2 (n - 1) / n of the "
+         "bytes; the factors 2 cancel, but both must be there."),
+        (lambda a: _close(a, _v_star() * get_chip("tpu-v5p").ici_links),
+         "that uses all the chip's links; a ring over one torus axis uses one link each way."),
+        (lambda a: _close(a, _v_star() * 1e6) or _close(a, _v_star() * 1e-6),
+         "check the units: bytes, with t_hop = 2e-6 s."),
     ],
 ))
 
 
 # 7.8 -------------------------------------------------------------------------------------
 def _tp_bound():
-    return inf.tp_decode_times("llama3-70b", "tpu-v5e", 8, 32, hop_latency=1e-6).bound
+    return inf.tp_decode_times("llama3-70b", "tpu-v6e", 8, 16, hop_latency=1e-6).bound
 
 
 register(ChoiceExercise(
     id="7.8", title="What bounds tensor-parallel decode?",
     choices=("memory", "compute", "communication"), reference=_tp_bound,
-    hints={"memory": "memory time falls as 1/n; compare it with 2 L all-reduces, each 2 (n - 1) "
-                     "hops of 1 µs.",
+    hints={"memory": "compare the three times again.",
            "compute": "at batch 8 the FLOPs are tiny next to the bytes; compare memory with the "
                       "latency of 2 L all-reduces.",
-           "communication": "compare the three times again."},
+           "communication": "count the all-reduces' time: 2 L of them, each 2 (n - 1) hops of "
+                            "1 µs plus its bytes over 2 W_ici, against the weights read from "
+                            "16 HBMs at once."},
 ))
 
 
