@@ -220,6 +220,13 @@ def _kvs_ref(n_kv_heads, batch, n_shards):
 _CASES_10 = [(8, 36, 12), (8, 32, 4), (8, 32, 32), (4, 16, 8), (1, 8, 8), (8, 64, 16)]
 
 
+def _min_split(K, n):
+    """(min(K, n), the rest) with the rest divided exactly or rounded down: the split that
+    takes min(heads, shards) instead of their gcd."""
+    k = min(K, n)
+    return [(k, n / k), (k, n // k)]
+
+
 def _pair(got):
     if isinstance(got, (str, bytes)) or not hasattr(got, "__len__") or len(got) != 2:
         return None
@@ -232,7 +239,7 @@ register(CodeExercise(
     compare=lambda got, want: _pair(got) == want,
     describe=lambda K, B, n: f"n_kv_heads={K}, batch={B}, n_shards={n}",
     hints=[
-        (lambda got, want, args: _pair(got) == (min(args[0], args[2]), args[2] / min(args[0], args[2])),
+        (lambda got, want, args: _pair(got) in _min_split(args[0], args[2]),
          "min(n_kv_heads, n_shards) need not divide n_shards: 8 heads on 12 shards split 4 ways, "
          "the largest number that divides both (math.gcd)."),
         (lambda got, want, args: _pair(got) == (args[2], 1),

@@ -1,0 +1,312 @@
+"""Chapter 7's exercise checks accept right answers, reject typical wrong ones, never raise.
+
+The right answers here are worked by hand from the LLaMA-3 shapes (shared/reference/facts.md)
+and the hardware table, not taken from the references in scalebook/exercises/ch07.py or
+from scalebook.inference. Code answers run on several shapes, so a function that is right
+on one shape only is rejected."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from exercise_harness import standard_tests
+from scalebook.exercises import chapter_ids, evaluate
+from scalebook.hardware import get_chip
+
+# LLaMA-3 shapes (facts.md §1.1): L, d, H, K, h, F, V
+M8 = dict(L=32, d=4096, H=32, K=8, h=128, F=14336, V=128256)
+M70 = dict(L=80, d=8192, H=64, K=8, h=128, F=28672, V=128256)
+M405 = dict(L=126, d=16384, H=128, K=8, h=128, F=53248, V=128256)
+
+A100, H100 = get_chip("gpu-a100"), get_chip("gpu-h100")
+V5P, V6E = get_chip("tpu-v5p"), get_chip("tpu-v6e")
+
+
+def n_params(L, d, H, K, h, F, V):
+    return 2 * V * d + L * (2 * d * H * h + 2 * d * K * h + 3 * d * F + 2 * d) + d
+
+
+def matmul_params(L, d, H, K, h, F, V):   # every weight of a matmul: the layers and the head
+    return L * (2 * d * H * h + 2 * d * K * h + 3 * d * F) + V * d
+
+
+def kv_per_token(m, heads=None, s=2):
+    return 2 * m["L"] * (m["K"] if heads is None else heads) * m["h"] * s
+
+
+def ok(i, a):
+    return evaluate(i, a).status == "correct"
+
+
+def message(i, a):
+    return evaluate(i, a).message
+
+
+# 7.1  B* = C s_w / (2 W_hbm), A100, int8 weights (1 byte), int8 peak
+B_STAR = 624e12 * 1 / (2 * A100.hbm_bandwidth)
+B_STAR_BF16_COMPUTE = 312e12 * 1 / (2 * A100.hbm_bandwidth)
+
+# 7.2  (N_mm s_w + B T KV per token) / (8 W_hbm), B = 48, T = 8192, bf16
+N70 = matmul_params(**M70)
+T_MEM = (2 * N70 + 48 * 8192 * kv_per_token(M70)) / (8 * H100.hbm_bandwidth)
+T_MEM_WEIGHTS = 2 * N70 / (8 * H100.hbm_bandwidth)
+T_MEM_F32_CACHE = (2 * N70 + 48 * 8192 * kv_per_token(M70, s=4)) / (8 * H100.hbm_bandwidth)
+
+# 7.3  S (2 N_mm + 4 L H h (S + 1) / 2) / (8 C), S = 16384
+S3 = 16384
+ATT = 4 * M70["L"] * M70["H"] * M70["h"]
+TTFT = S3 * (2 * N70 + ATT * (S3 + 1) / 2) / (8 * H100.bf16_flops)
+TTFT_FULL_SQUARE = S3 * (2 * N70 + ATT * S3) / (8 * H100.bf16_flops)
+TTFT_NO_ATTENTION = S3 * 2 * N70 / (8 * H100.bf16_flops)
+TTFT_TRAINING = S3 * (6 * N70 + ATT * (S3 + 1) / 2) / (8 * H100.bf16_flops)
+
+# 7.4  2 G S T / (s (G S + T)), G = 128 / 8, S = T = 4096, s = 2
+G405, S4 = M405["H"] // M405["K"], 4096
+I_FUSED = 2 * G405 * S4 * S4 / (2 * (G405 * S4 + S4))
+I_NAIVE = 4 * G405 * S4 * S4 * 128 / (2 * (2 * G405 * S4 * 128 + 2 * S4 * 128 + 2 * G405 * S4 * S4))
+I_G1 = 2 * S4 * S4 / (2 * (S4 + S4))
+
+# 7.5  2 L x 1 head x h x 1 byte
+KV_MQA8 = kv_per_token(M70, heads=1, s=1)
+
+# 7.6  floor((M_hbm - 2 N) / (2 L K h x 1 byte x 32768))
+PER_SEQ_8 = kv_per_token(M8, s=1) * 32768
+FIT = math.floor((H100.hbm_bytes - 2 * n_params(**M8)) / PER_SEQ_8)
+FIT_BF16 = math.floor((H100.hbm_bytes - 2 * n_params(**M8)) / (2 * PER_SEQ_8))
+FIT_NO_WEIGHTS = math.floor(H100.hbm_bytes / PER_SEQ_8)
+
+# 7.7  2 n W_ici t_hop: 16 v5p chips, t_hop = 2 µs
+V_STAR = 2 * 16 * V5P.ici_link_bandwidth * 2e-6
+
+
+# 7.8  the three times of 1D TP decode at batch 8 over 16 v6e chips
+def tp_times():
+    n, B, t_hop = 16, 8, 1e-6
+    t_mem = 2 * N70 / (n * V6E.hbm_bandwidth)
+    t_math = 2 * N70 * B / (n * V6E.bf16_flops)
+    all_reduce = 2 * (n - 1) / n * B * M70["d"] * 2 / (2 * V6E.ici_link_bandwidth)
+    t_comm = 2 * M70["L"] * (all_reduce + 2 * (n - 1) * t_hop)
+    times = {"memory": t_mem, "compute": t_math, "communication": t_comm}
+    return max(times, key=times.get)
+
+
+# 7.9  (1 - a^(g+1)) / ((1 - a)(g rho + 1)), a = 0.7, g = 4, rho = 0.1
+SPEEDUP = (1 - 0.7 ** 5) / (0.3 * 1.4)
+NO_DRAFT_COST = (1 - 0.7 ** 5) / 0.3
+GAMMA_TERMS = (1 - 0.7 ** 4) / 0.3 / 1.4
+
+RIGHT = {
+    "7.1": B_STAR,
+    "7.2": T_MEM,
+    "7.3": TTFT,
+    "7.4": I_FUSED,
+    "7.5": KV_MQA8,
+    "7.6": FIT,
+    "7.7": V_STAR,
+    "7.8": tp_times(),
+    "7.9": SPEEDUP,
+}
+
+WRONG = {
+    "7.1": [B_STAR_BF16_COMPUTE, 2 * B_STAR, 1 / B_STAR, B_STAR / 2],
+    "7.2": [T_MEM_WEIGHTS, 8 * T_MEM, T_MEM_F32_CACHE, 1e3 * T_MEM],
+    "7.3": [TTFT_FULL_SQUARE, TTFT_NO_ATTENTION, TTFT_TRAINING, 2 * TTFT],
+    "7.4": [I_NAIVE, S4, I_G1, G405],
+    "7.5": [8 * KV_MQA8, 2 * KV_MQA8, KV_MQA8 / 2, KV_MQA8 / 80],
+    "7.6": [FIT_BF16, FIT + 1, FIT_NO_WEIGHTS, FIT - 1],
+    "7.7": [V_STAR / 2, V_STAR * 15 / 16, 2 * V_STAR, 6 * V_STAR, V_STAR * 1e6],
+    "7.8": [c for c in ("memory", "compute", "communication") if c != RIGHT["7.8"]],
+    "7.9": [NO_DRAFT_COST, GAMMA_TERMS, 5 / 1.4, 1 / SPEEDUP],
+}
+
+HINTS = {   # a typical mistake -> words its hint must contain
+    # a missing factor 2 (or the wrong byte size) vs bf16 compute vs upside down
+    "7.1": [(B_STAR_BF16_COMPUTE, "int8 compute doubles"), (2 * B_STAR, "2x too large"),
+            (1 / B_STAR, "upside down")],
+    # the cache left out vs one chip vs f32 cache vs milliseconds
+    "7.2": [(T_MEM_WEIGHTS, "weights alone"), (8 * T_MEM, "8 chips"),
+            (T_MEM_F32_CACHE, "2 bytes per element"), (1e3 * T_MEM, "in ms")],
+    "7.3": [(TTFT_FULL_SQUARE, "causal kernel"), (TTFT_NO_ATTENTION, "add the attention"),
+            (TTFT_TRAINING, "training")],
+    "7.4": [(I_NAIVE, "naive kernel"), (S4, "G/(G + 1)"), (I_G1, "128 / 8 = 16")],
+    # 8 KV heads vs bf16 (both larger, by different factors) vs keys only vs one layer
+    "7.5": [(8 * KV_MQA8, "MQA keeps one"), (2 * KV_MQA8, "1 byte"),
+            (KV_MQA8 / 2, "keys AND values"), (KV_MQA8 / 80, "one layer")],
+    "7.6": [(FIT_BF16, "bf16 cache"), (FIT + 1, "round down"), (FIT_NO_WEIGHTS, "weights")],
+    # one-way ring (half) vs (n-1)/n left in vs a factor 2 too many vs all links vs units
+    "7.7": [(V_STAR / 2, "one-way ring"), (V_STAR * 15 / 16, "cancel"),
+            (2 * V_STAR, "2x too large"), (6 * V_STAR, "all the chip's links"),
+            (V_STAR * 1e6, "units")],
+    "7.8": [("communication", "all-reduces"), ("compute", "FLOPs are tiny")],
+    "7.9": [(NO_DRAFT_COST, "draft steps"), (GAMMA_TERMS, "gamma + 1 terms"),
+            (5 / 1.4, "alpha = 1")],
+}
+
+# Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
+# with their hint, every numeric hint reached, ... not attempted, malformed answers
+# answered: tests/exercise_harness.py.
+globals().update(standard_tests(7, RIGHT, WRONG, HINTS, all_hints=True))
+
+
+def test_at_least_twelve_exercises_four_in_code():
+    ids = chapter_ids(7)
+    assert len(ids) >= 12
+    assert {"7.10", "7.11", "7.12", "7.13"} <= set(ids)
+
+
+def test_the_hand_worked_figures_are_the_expected_size():
+    assert 150 < B_STAR < 160                      # sequences
+    assert 4e-3 < T_MEM_WEIGHTS < T_MEM < 2e-2     # seconds
+    assert I_FUSED == S4 * G405 / (G405 + 1)       # the closed form of the chapter
+    assert KV_MQA8 == 20480 and FIT == 29
+    assert RIGHT["7.8"] == "memory"
+
+
+# 7.10 ------------------------------------------------------------------------------------
+def test_7_10_code():
+    def right(n_kv_heads, batch, n_shards):
+        heads = math.gcd(n_kv_heads, n_shards)
+        return heads, n_shards // heads
+
+    def right_as_list(n_kv_heads, batch, n_shards):
+        return list(right(n_kv_heads, batch, n_shards))
+
+    def using_min(n_kv_heads, batch, n_shards):   # right whenever n_kv_heads divides n_shards
+        k = min(n_kv_heads, n_shards)
+        return k, n_shards // k
+
+    def all_over_heads(n_kv_heads, batch, n_shards):
+        return n_shards, 1
+
+    def swapped(n_kv_heads, batch, n_shards):
+        a, b = right(n_kv_heads, batch, n_shards)
+        return b, a
+
+    def only_heads(n_kv_heads, batch, n_shards):
+        return math.gcd(n_kv_heads, n_shards)
+
+    def stub(n_kv_heads, batch, n_shards):
+        ...
+
+    assert ok("7.10", right) and ok("7.10", right_as_list)
+    assert using_min(8, 32, 4) == right(8, 32, 4) and using_min(8, 64, 16) == right(8, 64, 16)
+    assert "math.gcd" in message("7.10", using_min)
+    assert "cannot be split" in message("7.10", all_over_heads)
+    assert "order" in message("7.10", swapped)
+    assert "return a pair" in message("7.10", only_heads)
+    assert evaluate("7.10", stub).status == "not attempted"
+
+
+# 7.11 ------------------------------------------------------------------------------------
+def test_7_11_code():
+    def right(alpha, gamma):
+        return sum(alpha ** i for i in range(gamma + 1))
+
+    def closed_form(alpha, gamma):                # right, but divides by zero at alpha = 1
+        return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+    def closed_form_safe(alpha, gamma):
+        return gamma + 1 if alpha == 1 else closed_form(alpha, gamma)
+
+    def from_one(alpha, gamma):
+        return sum(alpha ** i for i in range(1, gamma + 1))
+
+    def to_gamma_minus_one(alpha, gamma):
+        return sum(alpha ** i for i in range(gamma))
+
+    def all_accepted(alpha, gamma):
+        return alpha ** gamma
+
+    assert ok("7.11", right) and ok("7.11", closed_form_safe)
+    r = evaluate("7.11", closed_form)
+    assert r.status == "wrong" and "ZeroDivisionError" in r.message and "alpha=1.0" in r.message
+    assert "one too few" in message("7.11", from_one)
+    assert "gamma + 1 terms" in message("7.11", to_gamma_minus_one)
+    assert "chance" in message("7.11", all_accepted)
+
+
+# 7.12 ------------------------------------------------------------------------------------
+def _attend(q, k_new, v_new, k_cache, v_cache, pos, *, mask=True, scale=None, slot=None,
+            update=True):
+    slot = pos if slot is None else slot
+    k2 = k_cache.at[:, slot].set(k_new)
+    v2 = v_cache.at[:, slot].set(v_new)
+    scores = jnp.einsum("bh,bth->bt", q, k2) / (math.sqrt(q.shape[-1]) if scale is None
+                                                else scale)
+    if mask:
+        scores = jnp.where(jnp.arange(k2.shape[1]) <= pos, scores, -jnp.inf)
+    out = jnp.einsum("bt,bth->bh", jax_softmax(scores), v2)
+    return (out, k2, v2) if update else (out, k_cache, v_cache)
+
+
+def jax_softmax(x):
+    e = jnp.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_7_12_code():
+    def right(q, k_new, v_new, k_cache, v_cache, pos):
+        return _attend(q, k_new, v_new, k_cache, v_cache, pos)
+
+    def numpy_loop(q, k_new, v_new, k_cache, v_cache, pos):   # another right way
+        k, v = np.array(k_cache), np.array(v_cache)
+        k[:, pos], v[:, pos] = k_new, v_new
+        out = np.zeros_like(np.asarray(q))
+        for b in range(q.shape[0]):
+            s = k[b, :pos + 1] @ np.asarray(q[b]) / math.sqrt(q.shape[1])
+            p = np.exp(s - s.max())
+            out[b] = (p / p.sum()) @ v[b, :pos + 1]
+        return jnp.asarray(out), jnp.asarray(k), jnp.asarray(v)
+
+    def no_mask(*a):
+        return _attend(*a, mask=False)
+
+    def no_scale(*a):
+        return _attend(*a, scale=1.0)
+
+    def scale_for_h4(*a):                           # right on the first case (h = 4) only
+        return _attend(*a, scale=2.0)
+
+    def next_slot(*a):
+        return _attend(*a, slot=a[5] + 1)
+
+    def caches_not_returned_updated(*a):
+        return _attend(*a, update=False)
+
+    def out_only(*a):
+        return _attend(*a)[0]
+
+    assert ok("7.12", right) and ok("7.12", numpy_loop)
+    assert "mask" in message("7.12", no_mask)
+    assert "sqrt(h)" in message("7.12", no_scale)
+    r = evaluate("7.12", scale_for_h4)
+    assert r.status == "wrong" and "h=4" not in r.message     # it fails on a later shape
+    assert "slot pos" in message("7.12", next_slot)
+    assert "updated caches" in message("7.12", caches_not_returned_updated)
+    assert "return a tuple" in message("7.12", out_only)
+
+
+# 7.13 ------------------------------------------------------------------------------------
+def test_7_13_code():
+    def right(lengths, page_size):
+        return sum(-(-n // page_size) * page_size for n in lengths)
+
+    def floor_pages(lengths, page_size):
+        return sum(n // page_size * page_size for n in lengths)
+
+    def plus_one_page(lengths, page_size):         # right unless a length is a multiple
+        return sum((n // page_size + 1) * page_size for n in lengths)
+
+    def pages(lengths, page_size):
+        return sum(math.ceil(n / page_size) for n in lengths)
+
+    def tokens(lengths, page_size):
+        return sum(lengths)
+
+    assert ok("7.13", right)
+    assert plus_one_page([100, 200, 300], 64) == right([100, 200, 300], 64)
+    assert "ceil" in message("7.13", floor_pages)
+    assert "exact multiple" in message("7.13", plus_one_page)
+    assert "counts pages" in message("7.13", pages)
+    assert "allocated whole" in message("7.13", tokens)
