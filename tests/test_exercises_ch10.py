@@ -31,7 +31,7 @@ RIGHT = {
     "10.2": 2 * L * 2 * 7 / 8 * 128 * D * 2 / NVLINK,
     "10.3": 4 * 2 * C5p / (4 * W5p),           # chunk send B D s/(2nW) = chunk matmul 2BDF/(n^2 C)
     "10.4": 7 / 8 * (W_LAYER / 8) / DCN,
-    "10.5": "invarying",
+    "10.5": "y",
 }
 RTOL = {"10.1": 0.015, "10.2": 0.03, "10.3": 0.03, "10.4": 0.03}
 
@@ -42,10 +42,11 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
     "10.2": [(RIGHT["10.2"] / 80, "all 80 layers"), (RIGHT["10.2"] / 160, "all 80 layers"),
              (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18")],
     "10.3": [(2 * RIGHT["10.3"], "each way"), (0.75 * RIGHT["10.3"], "one chunk's send"),
-             (4 * RIGHT["10.3"], "n^2")],
+             (4 * RIGHT["10.3"], "not all of A"), (RIGHT["10.3"] / 4, "1/n of the chip's whole")],
     "10.4": [(RIGHT["10.4"] * DCN / NVLINK, "W_dcn"), (8 * RIGHT["10.4"], "n_model = 8"),
              (RIGHT["10.4"] / 2, "one-way ring")],
-    "10.5": [("varying", "default"), ("reduced", "complete")],
+    "10.5": [("x", "still differs along 'y'"), ("both", "[8, 16]"), ("none", "all 8 devices"),
+             ("invarying", "one of")],
 }
 
 
@@ -155,6 +156,24 @@ def test_code_stub_is_not_attempted(ex):
         ...
     assert evaluate(ex, stub).status == "not attempted"
     assert evaluate(ex, 3).status == "wrong"
+
+
+def test_10_5_reference_is_what_shard_map_does():
+    """psum over 'x' leaves a value varying over 'y' only: out_specs P(None, 'y') gives the
+    [4, 16] sum, P('x', 'y') two stacked copies, P('x', None) and P() are refused."""
+    import numpy as np
+    mesh = scalebook.make_mesh((2, 4), ("x", "y"))
+    a = jnp.arange(128.0).reshape(8, 16)
+    a_sh = jax.device_put(a, jax.NamedSharding(mesh, P("x", "y")))
+
+    def run(spec):
+        return jax.shard_map(lambda b: jax.lax.psum(b, "x"), mesh=mesh, in_specs=P("x", "y"),
+                             out_specs=spec)(a_sh)
+    assert np.array_equal(run(P(None, "y")), a[:4] + a[4:])
+    assert run(P("x", "y")).shape == (8, 16)
+    for spec in (P("x", None), P()):
+        with pytest.raises(ValueError, match="replicat"):
+            run(spec)
 
 
 def test_the_reference_formula_agrees_with_the_hand_worked_one():

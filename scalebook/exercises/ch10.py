@@ -105,8 +105,11 @@ register(NumericExercise(
          "goes each way round the torus axis, so a chunk's send takes chunk / (2 W)."),
         (lambda a: _close(a, _ex3(whole=True)), "that compares the whole gather with the whole "
          "matmul; compare one chunk's send with one chunk's matmul (1/n of the matmul)."),
-        (lambda a: _close(a, _ex3() * 4), "4x too large: a chunk's matmul is 1/n of the chip's "
-         "matmul, 2 B D F / (n^2 C), not of the global one."),
+        (lambda a: _close(a, _ex3() * 4), "n = 4x too large: a step sends one [B, D/n] chunk "
+         "of A, not all of A (or: a chunk's matmul is 1/n of the chip's matmul, "
+         "2 B D F / (n^2 C), not 1/n^2 of it)."),
+        (lambda a: _close(a, _ex3() / 4), "n = 4x too small: compare a chunk's send with a "
+         "chunk's matmul, 2 B D F / (n^2 C), 1/n of the chip's whole matmul 2 B D F / (n C)."),
     ],
 ))
 
@@ -133,12 +136,15 @@ register(NumericExercise(
 
 # 10.5 ------------------------------------------------------------------------------------
 register(ChoiceExercise(
-    id="10.5", title="The to= argument of all_gather", choices=("varying", "invarying", "reduced"),
-    reference=lambda: "invarying",
-    hints={"varying": "'varying' is the default, and it is what makes shard_map refuse: the "
-                      "result is typed as differing between the devices of 'y'.",
-           "reduced": "'reduced' does not describe a gathered value: after the gather the "
-                      "result is complete and the same on every device of 'y'."},
+    id="10.5", title="Which axes must out_specs keep?", choices=("x", "y", "both", "none"),
+    reference=lambda: "y",
+    hints={"x": "psum over 'x' makes the value the same along 'x' (its type drops 'x'), but it "
+                "still differs along 'y'; out_specs without 'y' claims a replication the types "
+                "cannot prove, and shard_map refuses.",
+           "both": "P('x', 'y') is accepted, but it stacks the two equal copies held along 'x': "
+                   "the global result is [8, 16], not the [4, 16] sum. Leave 'x' out.",
+           "none": "P() claims the value is the same on all 8 devices; psum over 'x' makes it the "
+                   "same along 'x' only, so shard_map refuses."},
 ))
 
 
