@@ -103,6 +103,20 @@ def cm_wrong_rows(a, w):
     return acc
 
 
+def cm_gather_by_permutes(a, w):
+    """Gathers A with three permutes, then one matmul: right numbers, nothing overlapped."""
+    n, i = 4, jax.lax.axis_index("y")
+    chunks, c = [a], a
+    for _ in range(n - 1):
+        c = jax.lax.ppermute(c, "y", [(j, (j - 1) % n) for j in range(n)])
+        chunks.append(c)
+    # after k steps device i holds chunk (i + k) % n: roll them into place
+    order = jnp.stack(chunks)                                    # [n, B, D/n], order i, i+1, ...
+    full = jnp.roll(order, i, axis=0)                            # chunk j at position j
+    full = jnp.concatenate([full[j] for j in range(n)], axis=1)  # [B, D]
+    return full @ w
+
+
 CODE_RIGHT = {
     "10.6": tp_right,
     "10.7": cm_right,
@@ -120,7 +134,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
              (lambda x, w1, w2: jax.lax.psum((x @ w1) @ w2, "y"), "wrong numbers")],
     "10.7": [(lambda a, w: jax.lax.all_gather(a, "y", axis=1, tiled=True) @ w, "plain version"),
              (cm_wrong_rows, "wrong numbers"),
-             (lambda a, w: a @ w, "D/4 rows")],
+             (lambda a, w: a @ w, "D/4 rows"),
+             (cm_gather_by_permutes, "hides nothing")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
              (lambda: P(None, None, "model", None), "1/8"),
              (lambda: P("batch", None, "model", None), "'data' and 'model'"),

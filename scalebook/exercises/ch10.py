@@ -222,10 +222,38 @@ def _cm_collectives(records, case):
     return None
 
 
+def _count_eqns(jaxpr, primitive: str) -> int:
+    """Equations of ``primitive`` in a jaxpr, counting those inside sub-jaxprs (shard_map, jit)."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == primitive
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _count_eqns(inner, primitive)
+    return n
+
+
+_cm_plain_build = _shard_map_build(lambda: (_P("x", "y"), _P(None, "y")), lambda: _P("x", "y"),
+                                   lambda B, D, F: [(B, D), (D, F)], lambda B, D, F: 5 * B + D + F)
+
+
+def _build_cm(answer, case, mesh):
+    """As the other shard_map exercises, and the matmul must be split into one per chunk: a
+    program that gathers A with permutes and then does one matmul overlaps nothing."""
+    import jax
+    fn, args = _cm_plain_build(answer, case, mesh)
+    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    dots = _count_eqns(jaxpr, "dot_general")
+    if dots < mesh.shape["y"] and not _count_eqns(jaxpr, "all_gather"):
+        raise ValueError(f"collective matmul: {dots} matmul(s), expected one per chunk")
+    return fn, args
+
+
 register(MeshProgramExercise(
     id="10.7", title="Your own collective matmul",
-    build=_shard_map_build(lambda: (_P("x", "y"), _P(None, "y")), lambda: _P("x", "y"),
-                           lambda B, D, F: [(B, D), (D, F)], lambda B, D, F: 5 * B + D + F),
+    build=_build_cm,
     expected=lambda case, a, w: __import__("numpy").asarray(a) @ __import__("numpy").asarray(w),
     collectives_ok=_cm_collectives, rtol=1e-4,
     cases=[(8, 16, 32), (16, 32, 8), (4, 16, 24)],
@@ -233,6 +261,9 @@ register(MeshProgramExercise(
     error_hints=[("dot_general requires contracting dimensions",
                   "a chunk of A has D/4 columns; multiply it by the matching D/4 rows of w "
                   "(jax.lax.dynamic_slice_in_dim with the chunk's owner from axis_index)."),
+                 ("expected one per chunk", "multiply each chunk as it arrives (n = 4 chunk "
+                  "matmuls, each next to a send); gathering A with permutes and then doing one "
+                  "matmul hides nothing behind the sends."),
                  ("ppermute", "ppermute takes (source, destination) pairs of positions along "
                   "'y', e.g. [(j, (j - 1) % 4) for j in range(4)].")],
 ))
