@@ -452,11 +452,16 @@ class OpComparison:
         """measured / roofline (the lower bound): 1 means the op ran at the roofline."""
         return self.measured / self.predicted.lower if self.predicted.lower > 0 else math.inf
 
+    HEADER = (f"{'op':<22} {'kind':<11} {'FLOPs':>8} {'bytes':>8}  {'roofline':>9} "
+              f"{'bound':<5} {'measured':>9}  ratio")
+
     def __str__(self) -> str:
+        """One line of at most 88 characters (the column of :attr:`HEADER`): the ratio
+        measured / roofline is the last column."""
         from .units import fmt_time
-        return (f"{self.name:<24} {self.kind:<12} {self.flops:9.3g} FLOPs {self.bytes:9.3g} B  "
-                f"roofline {fmt_time(self.predicted.lower):>9} ({self.predicted.bottleneck[:3]})"
-                f"  measured {fmt_time(self.measured):>9}  x{self.ratio:.3g}")
+        return (f"{self.name[:22]:<22} {self.kind[:11]:<11} {self.flops:8.3g} {self.bytes:8.3g}  "
+                f"{fmt_time(self.predicted.lower):>9} {self.predicted.bottleneck[:3]:<5} "
+                f"{fmt_time(self.measured):>9}  x{self.ratio:<5.3g}").rstrip()
 
 
 def compare_with_roofline(trace: Trace, compiled, peak_flops: float, bandwidth: float,

@@ -252,6 +252,37 @@ def test_compare_with_roofline(trace, sharded_matmul):
         profiling.compare_with_roofline(trace, other, 1e11, 1e10)
 
 
+def test_roofline_rows_fit_the_column_with_the_ratio_last(trace, sharded_matmul):
+    """Chapter 9 prints these rows whole: the ratio (its last column, which the prose reads)
+    must not be cut off by the site's column (the chapter once cut each row at 100
+    characters and lost it)."""
+    _, _, compiled = sharded_matmul
+    header = profiling.OpComparison.HEADER
+    assert len(header) <= 88 and header.split()[-1] == "ratio"
+    for r in profiling.compare_with_roofline(trace, compiled, 1e11, 1e10):
+        line = str(r)
+        assert len(line) <= 88, line
+        assert line.split()[-1] == f"x{r.ratio:.3g}", line
+    long = profiling.OpComparison("a_very_long_fusion_name.123", "data movement", 3, 1.0,
+                                  1e9, 1e9, profiling.Bounds(compute=1e-3, memory=2e-3))
+    assert len(str(long)) <= 88 and str(long).endswith("x500")
+
+
+def test_capture_shows_recompilation_as_compile_spans():
+    """Chapter 9 diagnoses recompilation from a trace: each compilation is a
+    backend_compile span among the trace's annotations (none once the program is cached)."""
+    f = jax.jit(lambda x, s: x * s, static_argnums=1)
+    x = jnp.ones(8)
+
+    def three(scales):
+        return [f(x, s) for s in scales]
+
+    t = profiling.capture(three, (2.0, 3.0, 4.0), steps=1, warmup=0)
+    assert len([a for a in t.annotations if "backend_compile" in a.name]) == 3
+    again = profiling.capture(three, (2.0, 3.0, 4.0), steps=1, warmup=0)
+    assert not [a for a in again.annotations if "backend_compile" in a.name]
+
+
 # ------------------------------------------------------------------------------------------
 # Predicted profiles
 # ------------------------------------------------------------------------------------------
