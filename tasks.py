@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The book's two commands. Needs only a Python 3 interpreter to start.
 
-    python3 tasks.py build    # build the website into _build/html (warnings are errors)
+    python3 tasks.py build    # build the website into _build/html (warnings are errors), and its PDF
+    python3 tasks.py pdf      # only the PDF: the whole book as one file, _build/html/scalebook.pdf
     python3 tasks.py test     # run the whole test suite
     python3 tasks.py bench    # time every notebook against a kernel-plus-set-up floor, and the suite
     python3 tasks.py student  # the student edition (no solutions) and its site, in _build/student
@@ -118,10 +119,27 @@ def build(args: list[str]) -> int:
     _say("building the site (warnings are errors)")
     cmd = [str(py.with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(ROOT),
            "-W", "-n", "--keep-going"] + args
+    no_pdf = "--no-pdf" in args
+    cmd = [a for a in cmd if a != "--no-pdf"]
     rc = subprocess.run(cmd, cwd=ROOT, env=_env()).returncode
     if rc == 0:
         _say(f"site built: {out / 'html' / 'index.html'}")
+        if no_pdf:
+            _say("no PDF (--no-pdf): the site's link to scalebook.pdf stays broken")
+        elif not (shutil.which("chromium") or shutil.which("chromium-browser")):
+            _say("NO PDF: Chromium is not installed (apt-get install chromium); the site's "
+                 "link to scalebook.pdf stays broken")
+        else:
+            rc = pdf([])
     return rc
+
+
+def pdf(args: list[str]) -> int:
+    """The whole book as one PDF (tools/pdf.py; options: --help)."""
+    py = ensure_venv()
+    _say("printing the book to PDF (single-page build, then headless Chromium)")
+    return subprocess.run([str(py), str(ROOT / "tools" / "pdf.py")] + args, cwd=ROOT,
+                          env=_env()).returncode
 
 
 def pytest_args(args: list[str]) -> list[str]:
@@ -334,7 +352,7 @@ def student(args: list[str]) -> int:
 
 
 def main() -> int:
-    commands = {"build": build, "test": test, "bench": bench, "student": student}
+    commands = {"build": build, "test": test, "bench": bench, "student": student, "pdf": pdf}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

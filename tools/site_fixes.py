@@ -164,8 +164,25 @@ def _in_cell_output(node) -> bool:
     return False
 
 
+def _builder_inited(app):
+    # Sphinx gives a builder the node handlers registered under its own name and, only if there
+    # are none, those of its format. Some extension registers handlers for "singlehtml" (the
+    # single-page build the PDF is printed from), so the "html" handlers of the others (myst-nb's
+    # hidden code cells, sphinx-exercise's boxes) are missing there and Sphinx stops on their
+    # nodes. Give the single-page builder every html handler it lacks.
+    if app.builder.name == "singlehtml":
+        handlers = app.registry.translation_handlers
+        own = handlers.setdefault("singlehtml", {})
+        for name, pair in handlers.get("html", {}).items():
+            own.setdefault(name, pair)
+        # Sphinx adds MathJax to a page whose own document has maths; the single page is the
+        # root document with the chapters inlined, so it would get none.
+        app.set_html_assets_policy("always")
+
+
 def setup(app):
     app.connect("config-inited", _config_inited)
+    app.connect("builder-inited", _builder_inited)
     app.connect("build-finished", _build_finished)
     app.add_css_file("book.css")
     app.add_transform(NotebookFigures)
