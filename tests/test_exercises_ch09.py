@@ -8,6 +8,7 @@ scalebook.hlo / scalebook.profiling."""
 import math
 import re
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -234,6 +235,30 @@ def test_9_6_right_answer():
 def test_9_6_wrong_answers_with_hints(fn, word):
     r = evaluate("9.6", fn)
     assert r.status == "wrong" and word in r.message, r
+
+
+def bodies_only(text):
+    """The statement once said "the bodies of its loops": fusions of the loop conditions
+    left out."""
+    conds = set(re.findall(r"condition=%?([\w.\-]+)", text))
+    n_cond, current = 0, None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        if m and "=" not in line.split("(")[0]:
+            current = m.group(2)
+        elif current in conds and re.search(r"=\s*\S+\s+fusion\(", line):
+            n_cond += 1
+    return n_fusions(text) - n_cond
+
+
+def test_9_6_statement_names_conditions_and_a_bodies_only_count_gets_a_hint():
+    """A scan's condition holds a fusion here, so counting loop bodies only is wrong: the
+    statement must say conditions count, and the check must say so too."""
+    r = evaluate("9.6", bodies_only)
+    assert r.status == "wrong" and "condition" in r.message, r
+    md = (Path(__file__).resolve().parents[1] / "notebooks" / "09_profiling.md").read_text()
+    statement = md[md.index("### Exercise 9.6"):md.index("### Exercise 9.7")]
+    assert "conditions" in statement
 
 
 def test_9_6_malformed():

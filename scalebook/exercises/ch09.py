@@ -293,6 +293,15 @@ def _entry_only(text):
                o.computation == _entry_name(text))
 
 
+def _without_conditions(text):
+    """The count with the fusions of the while loops' conditions left out (bodies only)."""
+    import re
+    conds = set(re.findall(r"condition=%?([\w.\-]+)", text))
+    in_conds = sum(1 for o in hlo.ops(text) if o.opcode == "fusion" and
+                   o.computation in conds) if conds else 0
+    return hlo.count_fusions(text) - in_conds if in_conds else None
+
+
 def _entry_name(text):
     import re
     m = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M)
@@ -307,11 +316,18 @@ register(CodeExercise(
         (lambda got, want, args: got == hlo_text_count(args[0], "fusion"),
          "counting the word 'fusion' also counts instruction names (ynn_fusion) and "
          "calls=%fused_computation attributes: count instructions whose opcode is fusion."),
+        (lambda got, want, args: got == hlo_text_count(args[0], "kind=kLoop")
+         == _without_conditions(args[0]),
+         "count every fusion instruction: matmuls are fusions too on this CPU "
+         "(kind=kCustom), and a while loop's condition runs too and can hold a fusion."),
         (lambda got, want, args: got == hlo_text_count(args[0], "kind=kLoop"),
          "matmuls are fusions too on this CPU (kind=kCustom), and reductions may be kInput."),
         (lambda got, want, args: got == _entry_only(args[0]),
          "the loop's fusions are in the while body and condition, not in the entry "
          "computation: count those too."),
+        (lambda got, want, args: got == _without_conditions(args[0]),
+         "a while loop's condition is a computation that runs too (every iteration), and "
+         "it can hold a fusion: count the fusions of the conditions as well as the bodies."),
         (lambda got, want, args: got == hlo_text_count(args[0], "%fused_computation") ,
          "that counts the fused computations and the calls to them; count the fusion "
          "instructions."),
