@@ -67,8 +67,8 @@ I_FUSED = 2 * G405 * S4 * S4 / (2 * (G405 * S4 + S4))
 I_NAIVE = 4 * G405 * S4 * S4 * 128 / (2 * (2 * G405 * S4 * 128 + 2 * S4 * 128 + 2 * G405 * S4 * S4))
 I_G1 = 2 * S4 * S4 / (2 * (S4 + S4))
 
-# 7.5  2 L x 1 head x h x 1 byte
-KV_MQA8 = kv_per_token(M70, heads=1, s=1)
+# 7.5  2 (L / 2) x 1 head x h x 1 byte: 405B, MQA, fp8, pairs of layers share K and V
+KV_MQA8 = 2 * (M405["L"] // 2) * 1 * M405["h"] * 1
 
 # 7.6  floor((M_hbm - 2 N) / (2 L K h x 1 byte x 32768))
 PER_SEQ_8 = kv_per_token(M8, s=1) * 32768
@@ -113,7 +113,8 @@ WRONG = {
     "7.2": [T_MEM_WEIGHTS, 8 * T_MEM, T_MEM_F32_CACHE, 1e3 * T_MEM],
     "7.3": [TTFT_FULL_SQUARE, TTFT_NO_ATTENTION, TTFT_TRAINING, 2 * TTFT],
     "7.4": [I_NAIVE, S4, I_G1, G405],
-    "7.5": [8 * KV_MQA8, 2 * KV_MQA8, KV_MQA8 / 2, KV_MQA8 / 80],
+    "7.5": [8 * KV_MQA8, 2 * KV_MQA8, 4 * KV_MQA8, KV_MQA8 / 2, KV_MQA8 / 63,
+            KV_MQA8 / 126, kv_per_token(M70, heads=1, s=1)],
     "7.6": [FIT_BF16, FIT + 1, FIT_NO_WEIGHTS, FIT - 1],
     "7.7": [V_STAR / 2, V_STAR * 15 / 16, 2 * V_STAR, 6 * V_STAR, V_STAR * 1e6],
     "7.8": [c for c in ("memory", "compute", "communication") if c != RIGHT["7.8"]],
@@ -130,9 +131,10 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "7.3": [(TTFT_FULL_SQUARE, "causal kernel"), (TTFT_NO_ATTENTION, "add the attention"),
             (TTFT_TRAINING, "training")],
     "7.4": [(I_NAIVE, "naive kernel"), (S4, "G/(G + 1)"), (I_G1, "128 / 8 = 16")],
-    # 8 KV heads vs bf16 (both larger, by different factors) vs keys only vs one layer
+    # 8 KV heads vs bf16 or no sharing (2x) vs both (4x) vs keys only vs one layer
     "7.5": [(8 * KV_MQA8, "MQA keeps one"), (2 * KV_MQA8, "1 byte"),
-            (KV_MQA8 / 2, "keys AND values"), (KV_MQA8 / 80, "one layer")],
+            (4 * KV_MQA8, "4x too large"), (KV_MQA8 / 2, "keys AND values"),
+            (KV_MQA8 / 63, "one layer")],
     "7.6": [(FIT_BF16, "bf16 cache"), (FIT + 1, "round down"), (FIT_NO_WEIGHTS, "weights")],
     # one-way ring (half) vs (n-1)/n left in vs a factor 2 too many vs all links vs units
     "7.7": [(V_STAR / 2, "one-way ring"), (V_STAR * 15 / 16, "cancel"),
@@ -159,7 +161,7 @@ def test_the_hand_worked_figures_are_the_expected_size():
     assert 150 < B_STAR < 160                      # sequences
     assert 4e-3 < T_MEM_WEIGHTS < T_MEM < 2e-2     # seconds
     assert I_FUSED == S4 * G405 / (G405 + 1)       # the closed form of the chapter
-    assert KV_MQA8 == 20480 and FIT == 29
+    assert KV_MQA8 == 16128 and FIT == 29
     assert RIGHT["7.8"] == "memory"
 
 

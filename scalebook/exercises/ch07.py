@@ -114,18 +114,23 @@ register(NumericExercise(
 
 
 # 7.5 -------------------------------------------------------------------------------------
-def _kv(attention="mqa", dtype="int8"):
-    return inf.kv_bytes_per_token("llama3-70b", attention, dtype)
+def _kv(attention="mqa", dtype="fp8", layers_per_kv=2):
+    return inf.kv_bytes_per_token("llama3-405b", attention, dtype, layers_per_kv)
 
 
 register(NumericExercise(
-    id="7.5", title="An MQA int8 cache", unit="bytes", rtol=0.001, reference=_kv,
+    id="7.5", title="An MQA fp8 cache shared by pairs of layers", unit="bytes", rtol=0.001,
+    reference=_kv,
     hints=[
         (lambda a: _close(a, _kv("gqa"), 0.001), "that is GQA with 8 KV heads; MQA keeps one."),
         (lambda a: _close(a, _kv(dtype="bf16"), 0.001),
-         "2x too large: int8 is 1 byte per element (not bf16's 2)."),
+         "2x too large: fp8 is 1 byte per element (not bf16's 2), and each pair of layers "
+         "stores one K and V (126 / 2 = 63 stored layers)."),
+        (lambda a: _close(a, _kv(dtype="bf16", layers_per_kv=1), 0.001),
+         "4x too large: fp8 is 1 byte per element, and a pair of layers shares one K and V."),
         (lambda a: _close(a, _kv() / 2, 0.001), "2x too small: the cache holds keys AND values."),
-        (lambda a: _close(a, _kv() / 80, 0.001), "that is one layer; all 80 layers keep their own."),
+        (lambda a: _close(a, _kv() / 63, 0.001) or _close(a, _kv() / 126, 0.001),
+         "that is one layer; every stored layer (126 / 2 = 63) keeps its own."),
     ],
 ))
 
