@@ -4,6 +4,9 @@ program, a collective matmul, and one LLaMA-3 layer written in JAX's three modes
 * :func:`named_sharding` builds a ``NamedSharding`` and checks the things JAX reports late
   or obscurely (an axis the mesh lacks, an axis used twice, a dimension that does not
   divide), naming the argument and the allowed values.
+* :func:`show_error` runs code that must fail and prints the exception's type and the first
+  lines of JAX's message (wrapped, without file paths), so a notebook shows a real error
+  without stopping *Run all*; it fails loudly if the code does not raise.
 * :func:`lowered_collectives` reads the collectives of a *lowered* program (StableHLO, before
   the compiler runs), so it works for a ``shard_map`` program lowered on an
   ``AbstractMesh`` of any size, where nothing can be compiled. It returns the same
@@ -22,8 +25,11 @@ Sizes are in bytes, times in seconds.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import re
+import textwrap
 
 import numpy as np
 
@@ -32,9 +38,9 @@ from . import roofline as _rl
 from .hardware import get_chip
 from .units import check_positive_int, dtype_bytes
 
-__all__ = ["named_sharding", "shard_shape", "lowered_collectives", "collective_matmul",
-           "allgather_matmul", "collective_matmul_times", "record_time", "MODES", "PURPOSES", "layer_specs",
-           "layer_structs", "layer_fn"]
+__all__ = ["named_sharding", "shard_shape", "show_error", "lowered_collectives",
+           "collective_matmul", "allgather_matmul", "collective_matmul_times", "record_time",
+           "MODES", "PURPOSES", "layer_specs", "layer_structs", "layer_fn"]
 
 MODES = ("auto", "explicit", "manual")
 PURPOSES = ("train", "decode")
@@ -124,6 +130,51 @@ def named_sharding(mesh, spec, shape=None):
     else:
         shard_shape(shape, spec, mesh)
     return NamedSharding(mesh, spec)
+
+
+# ------------------------------------------------------------------------------------------
+# Showing a real error without stopping the notebook
+# ------------------------------------------------------------------------------------------
+
+# "This error occurs at source: /tmp/ipykernel_1/2.py:1 (<module>)", and any other file path
+_AT_SOURCE = re.compile(r"\s*This error occurs at source:.*$", re.S)
+_FILE_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.<>@+\-]+)+\.py(?::\d+)*(?: \([^)]*\))?")
+
+
+def show_error(fn, *, expect: type = Exception, lines: int = 3, width: int = 100) -> None:
+    """Run ``fn()``, which must raise ``expect`` (or a subclass); print ``Type: message``,
+    the message's first ``lines`` non-blank lines, each wrapped to ``width`` characters,
+    with file paths removed.
+
+    Raises AssertionError if ``fn()`` returns without raising, so a notebook that shows an
+    error fails loudly, not silently, once the code stops making it; an exception that is
+    not an ``expect`` propagates unchanged. What ``fn`` prints is discarded (some JAX errors
+    print the caller's file and line). Returns None, so a cell shows only the message.
+    """
+    check_positive_int("lines", lines)
+    check_positive_int("width", width)
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments (a lambda: ...); got "
+                        f"{type(fn).__name__}")
+    if not (isinstance(expect, type) and issubclass(expect, BaseException)):
+        raise TypeError(f"expect must be an exception class such as ValueError; got "
+                        f"{expect!r}")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            fn()
+    except expect as e:
+        err = e
+    else:
+        raise AssertionError("show_error: the code ran without raising; the error it is "
+                             "meant to show no longer happens")
+    message = _FILE_PATH.sub("<file>", _AT_SOURCE.sub("", str(err)))
+    body = [ln.strip() for ln in message.splitlines() if ln.strip()] or ["(no message)"]
+    body[0] = f"{type(err).__name__}: {body[0]}"
+    for ln in body[:lines]:
+        print(textwrap.fill(ln, width=width, subsequent_indent="    ",
+                            break_long_words=True, break_on_hyphens=False))
+    if len(body) > lines:
+        print(f"    [... {len(body) - lines} more line(s)]")
 
 
 # ------------------------------------------------------------------------------------------

@@ -277,18 +277,86 @@ def test_real_size_training_layer_collectives_by_hand():
         assert math.isclose(r.bytes_per_device, 2 * 7 / 8 * 4096 * D * 2)
 
 
-# the chapter shows JAX's errors for real ----------------------------------------------------
-def test_chapter_10_raises_its_errors_in_tagged_cells():
-    """Section 10.3's ambiguity error and section 10.7's mistakes are real errors, stored in
-    cells tagged raises-exception (not caught and printed); nbval checks a fresh run raises them."""
+# show_error -------------------------------------------------------------------------------
+def test_show_error_prints_type_and_jax_message_without_paths(capsys):
+    sh.show_error(lambda: jax.device_put(jnp.ones((6, 16)), NamedSharding(MESH, P("y", None))))
+    out = capsys.readouterr().out
+    assert out.startswith("IndivisibleError: One of device_put args")
+    assert "partitioned 4 times" in out and "dimension size is 6" in out
+    assert ".py" not in out and "error occurs at source" not in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_show_error_keeps_the_first_lines_and_says_how_many_it_left_out(capsys):
+    def many():
+        raise ValueError("first\n\nsecond /usr/lib/x/y.py:3 here\nthird\nfourth\nfifth")
+    sh.show_error(many, lines=3, width=40)
+    assert capsys.readouterr().out.splitlines() == [
+        "ValueError: first", "second <file> here", "third", "    [... 2 more line(s)]"]
+    sh.show_error(lambda: 1 / 0, expect=ZeroDivisionError)
+    assert capsys.readouterr().out == "ZeroDivisionError: division by zero\n"
+    sh.show_error(lambda: (_ for _ in ()).throw(KeyError("k" * 150)), width=60)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and all(len(line) <= 60 for line in out)
+
+
+def test_show_error_fails_loudly_when_nothing_raises():
+    with pytest.raises(AssertionError, match="ran without raising"):
+        sh.show_error(lambda: jax.device_put(jnp.ones((8, 16)), NamedSharding(MESH, P("y"))))
+    with pytest.raises(TypeError, match="missing"):            # not the expected kind
+        sh.show_error(lambda: jax.shard_map(lambda a: a, mesh=MESH, in_specs=P()),
+                      expect=ValueError)
+    with pytest.raises(TypeError, match="function of no arguments"):
+        sh.show_error(ValueError("not a function"))
+    with pytest.raises(TypeError, match="exception class"):
+        sh.show_error(lambda: 1 / 0, expect="ZeroDivisionError")
+    with pytest.raises(ValueError, match="lines must be a positive integer"):
+        sh.show_error(lambda: 1 / 0, lines=0)
+
+
+# the chapter shows JAX's errors without stopping Run all -------------------------------------
+def test_chapter_10_raises_once_and_follows_each_mistake_with_its_fix():
+    """Exactly one cell of chapter 10 really raises (10.3's ambiguous einsum, tagged
+    raises-exception); each mistake of section 10.7 is shown through show_error, its stored
+    output is JAX's (or the book's) message, and a code cell that runs the fix follows it
+    before the next mistake."""
     import json
     from pathlib import Path
     nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" /
                      "10_jax_sharding.ipynb").read_text())
-    raised = [o["ename"] for c in nb["cells"] if c["cell_type"] == "code"
-              and "raises-exception" in c["metadata"].get("tags", [])
-              for o in c["outputs"] if o["output_type"] == "error"]
-    assert "ShardingTypeError" in raised and "IndivisibleError" in raised
-    assert raised.count("ValueError") >= 5 and "TypeError" in raised
-    assert not any("except Exception" in "".join(c["source"]) for c in nb["cells"]), \
-        "errors are raised, not caught and printed"
+    cells = nb["cells"]
+
+    def text(c):
+        return "".join(c["source"])
+
+    raising = [c for c in cells if "raises-exception" in c["metadata"].get("tags", [])]
+    assert len(raising) == 1, "exactly one cell raises, so Run all stops only once"
+    (err,) = [o for o in raising[0]["outputs"] if o["output_type"] == "error"]
+    assert err["ename"] == "ShardingTypeError" and "einsum" in text(raising[0])
+
+    import re
+
+    def heading(c, n):                         # a markdown cell may hold several paragraphs
+        return c["cell_type"] == "markdown" and re.search(rf"^## {n} ", text(c), re.M)
+
+    start = next(i for i, c in enumerate(cells) if heading(c, r"10\.7"))
+    end = next(i for i, c in enumerate(cells) if heading(c, r"10\.8"))
+    shown, pending, mistakes = [], None, 0
+    for c in cells[start:end]:
+        if c["cell_type"] == "markdown" and re.search(r"^\*\*", text(c), re.M):
+            assert pending is None, f"no fix cell after {pending!r}"
+            mistakes += 1
+        elif c["cell_type"] == "code" and "show_error(" in text(c):
+            out = "".join("".join(o.get("text", "")) for o in c["outputs"])
+            names = re.findall(r"^(\w+Error): ", out, re.M)
+            assert len(names) == text(c).count("show_error("), f"not every error shown: {out!r}"
+            assert all(len(line) <= 100 for line in out.splitlines())
+            shown += names
+            pending = pending or text(c)
+        elif c["cell_type"] == "code":
+            assert "except" not in text(c)
+            pending = None
+    assert pending is None, f"no fix cell after {pending!r}"
+    assert mistakes >= 6
+    assert "IndivisibleError" in shown and "DuplicateSpecError" in shown
+    assert shown.count("ValueError") >= 5 and "TypeError" in shown
