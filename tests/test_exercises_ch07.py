@@ -75,6 +75,7 @@ PER_SEQ_8 = kv_per_token(M8, s=1) * 32768
 FIT = math.floor((H100.hbm_bytes - 2 * n_params(**M8)) / PER_SEQ_8)
 FIT_BF16 = math.floor((H100.hbm_bytes - 2 * n_params(**M8)) / (2 * PER_SEQ_8))
 FIT_NO_WEIGHTS = math.floor(H100.hbm_bytes / PER_SEQ_8)
+FIT_NO_EMBEDDING = math.floor((H100.hbm_bytes - 2 * matmul_params(**M8)) / PER_SEQ_8)
 
 # 7.7  2 n W_ici t_hop: 16 v5p chips, t_hop = 2 µs
 V_STAR = 2 * 16 * V5P.ici_link_bandwidth * 2e-6
@@ -135,7 +136,9 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "7.5": [(8 * KV_MQA8, "MQA keeps one"), (2 * KV_MQA8, "1 byte"),
             (4 * KV_MQA8, "4x too large"), (KV_MQA8 / 2, "keys AND values"),
             (KV_MQA8 / 63, "one layer")],
-    "7.6": [(FIT_BF16, "bf16 cache"), (FIT + 1, "round down"), (FIT_NO_WEIGHTS, "weights")],
+    # the embedding table left out of the weights lands on FIT + 1 too
+    "7.6": [(FIT_BF16, "bf16 cache"), (FIT + 1, "round down"), (FIT_NO_WEIGHTS, "weights"),
+            (FIT_NO_EMBEDDING, "embedding table")],
     # one-way ring (half) vs (n-1)/n left in vs a factor 2 too many vs all links vs units
     "7.7": [(V_STAR / 2, "one-way ring"), (V_STAR * 15 / 16, "cancel"),
             (2 * V_STAR, "2x too large"), (6 * V_STAR, "all the chip's links"),
@@ -161,7 +164,7 @@ def test_the_hand_worked_figures_are_the_expected_size():
     assert 150 < B_STAR < 160                      # sequences
     assert 4e-3 < T_MEM_WEIGHTS < T_MEM < 2e-2     # seconds
     assert I_FUSED == S4 * G405 / (G405 + 1)       # the closed form of the chapter
-    assert KV_MQA8 == 16128 and FIT == 29
+    assert KV_MQA8 == 16128 and FIT == 29 and FIT_NO_EMBEDDING == FIT + 1
     assert RIGHT["7.8"] == "memory"
 
 
@@ -276,6 +279,12 @@ def test_7_12_code():
     def caches_not_returned_updated(*a):
         return _attend(*a, update=False)
 
+    def attend_then_write(q, k_new, v_new, k_cache, v_cache, pos):   # misses its own key
+        scores = jnp.einsum("bh,bth->bt", q, k_cache) / math.sqrt(q.shape[-1])
+        scores = jnp.where(jnp.arange(k_cache.shape[1]) <= pos, scores, -jnp.inf)
+        out = jnp.einsum("bt,bth->bh", jax_softmax(scores), v_cache)
+        return out, k_cache.at[:, pos].set(k_new), v_cache.at[:, pos].set(v_new)
+
     def out_only(*a):
         return _attend(*a)[0]
 
@@ -285,6 +294,8 @@ def test_7_12_code():
     r = evaluate("7.12", scale_for_h4)
     assert r.status == "wrong" and "h=4" not in r.message     # it fails on a later shape
     assert "slot pos" in message("7.12", next_slot)
+    r = evaluate("7.12", attend_then_write)
+    assert r.status == "wrong" and "first" in r.message and "pos + 1" not in r.message
     assert "updated caches" in message("7.12", caches_not_returned_updated)
     assert "return a tuple" in message("7.12", out_only)
 

@@ -148,7 +148,9 @@ register(NumericExercise(
     reference=_fit,
     hints=[
         (lambda a: a == _fit("bf16"), "that is a bf16 cache; int8 halves the bytes per token."),
-        (lambda a: a == _fit() + 1, "one too many: round down, a partial sequence does not fit."),
+        (lambda a: a == _fit() + 1,
+         "one too many: round down (a partial sequence does not fit), and count 2 bytes for "
+         "every parameter, the embedding table too: it is stored even if no matmul reads it."),
         (lambda a: a == _fit(with_weights=False), "the bf16 weights take their 16 GB first."),
     ],
 ))
@@ -321,6 +323,30 @@ def _out_close(got, args, **kw):
         return False
 
 
+def _stale_out(got, args):
+    """The output of attending to the caches as they were, before the new key and value
+    were written (slots 0 .. pos, slot pos still holding the old entry)."""
+    import jax.numpy as jnp
+    q, _, _, k_cache, v_cache, pos = args
+    s = jnp.einsum("bh,bth->bt", q, k_cache) / math.sqrt(q.shape[-1])
+    s = jnp.where(jnp.arange(k_cache.shape[1])[None, :] <= pos, s, -jnp.inf)
+    p = jnp.exp(s - s.max(-1, keepdims=True))
+    want = jnp.einsum("bt,bth->bh", p / p.sum(-1, keepdims=True), v_cache)
+    try:
+        return np.allclose(np.asarray(got[0]), np.asarray(want), rtol=1e-4, atol=1e-5)
+    except Exception:
+        return False
+
+
+def _slot_holds(got, args, slot):
+    """Whether the returned key cache holds k_new at ``slot``."""
+    try:
+        return slot < args[3].shape[1] and np.allclose(np.asarray(got[1])[:, slot],
+                                                       np.asarray(args[1]))
+    except Exception:
+        return False
+
+
 register(CodeExercise(
     id="7.12", title="A decode step with a KV cache, in code", reference=_attend_ref,
     cases=_CASES_12, compare=_arrays_close,
@@ -332,9 +358,12 @@ register(CodeExercise(
          "(they hold garbage, or the future)."),
         (lambda got, want, args: _out_close(got, args, scale=False),
          "divide the scores q . k by sqrt(h) before the softmax."),
-        (lambda got, want, args: args[5] + 1 < args[3].shape[1]
+        (lambda got, want, args: _slot_holds(got, args, args[5] + 1)
          and _out_close(got, args, at=args[5] + 1),
          "the new key and value go to slot pos (positions count from 0), not pos + 1."),
+        (lambda got, want, args: _slot_holds(got, args, args[5]) and _stale_out(got, args),
+         "the query attended to the caches as they were: write k_new and v_new into slot pos "
+         "first, so that the new token attends to itself."),
         (lambda got, want, args: _out_close(got, args) and not _arrays_close(got, want),
          "the output is right, but return the updated caches too: (out, k_cache, v_cache)."),
         (lambda got, want, args: not isinstance(got, (tuple, list)) or len(got) != 3,
