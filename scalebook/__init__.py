@@ -45,7 +45,7 @@ Formula or task -> function::
   point-to-point transfer time                    topology.transfer_time
   HBM / ICI / PCIe / DCN bandwidths of a chip     topology.bandwidth_hierarchy
   bytes per device of a collective (ring)         collectives.ring_bytes
-  time of a collective on ring or torus axes      collectives.collective_time
+  time of a collective (ring, torus, GPU switch)  collectives.collective_time
   collectives in a compiled program               hlo.collectives (Collective), hlo.total_bytes
   replica groups in any HLO syntax                hlo.parse_replica_groups
   XLA's FLOP count, cost_analysis as a dict       hlo.xla_flops, hlo.cost

@@ -419,9 +419,10 @@ class TPTimes:
 
 def tp_decode_times(model, chip, batch: int, n_tp: int, context: int = 0,
                     weight_dtype: str = "bf16", act_dtype: str = "bf16",
-                    hop_latency: float = 0.0, topology: str = "torus") -> TPTimes:
+                    hop_latency: float = 0.0, topology: str | None = None) -> TPTimes:
     """Decode with the weights split n_tp ways (Megatron-style: heads and the MLP width),
-    on one torus axis (or ring) of the chip's links.
+    on one axis of the chip's network (``topology`` as in
+    :func:`scalebook.collectives.collective_time`: a TPU's torus, a GPU node's switch).
 
     Each layer all-reduces its [B, D] activations twice (after W_o and after W_down):
     t_comm = 2 L x collective_time("all-reduce", B D s_a, n_tp, hop_latency). Memory:

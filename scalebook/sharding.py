@@ -296,7 +296,7 @@ def lowered_collectives(lowered) -> list:
 
 
 def record_time(record, chip=None, *, bandwidth: float | None = None,
-                topology: str = "torus") -> float:
+                topology: str | None = None) -> float:
     """Seconds for one collective record (from :func:`lowered_collectives` or
     :func:`scalebook.hlo.collectives`) by the chapter-3 model, times its ``count``.
 

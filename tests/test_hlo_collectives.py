@@ -424,7 +424,8 @@ def _simulated_all_to_all_max_link_load(n, V, torus):
             for direction, share in paths:
                 node = src
                 for _ in range(steps):
-                    link = (node, direction)
+                    # A link joins two chips: on an axis of 2 both "directions" are one link.
+                    link = (node, (node + direction) % n)
                     load[link] = load.get(link, 0) + block * share
                     node = (node + direction) % n
     return max(load.values())
