@@ -106,7 +106,8 @@ def check_divides(name: str, size, n, what: str = "devices") -> int:
 @dataclass(frozen=True)
 class Network:
     """How a collective over one mesh axis is timed: link ``bandwidth`` (bytes/s, one
-    direction) and ``topology`` ("torus": bidirectional ring, "ring": one direction)."""
+    direction) and ``topology`` ("torus": bidirectional ring, "ring": one direction,
+    "switch": a GPU node's NVSwitch, ``bandwidth`` being all of a GPU's NVLinks)."""
 
     name: str
     bandwidth: float
@@ -124,7 +125,7 @@ def network(chip, kind: str = "ici") -> Network:
                              f"with one: get_chip({c.name!r}).with_(dcn_bandwidth=...)")
         return Network("dcn", c.dcn_bandwidth, "ring")
     if c.vendor == "NVIDIA":
-        return Network("nvlink", c.ici_bandwidth, "ring")
+        return Network("nvlink", c.ici_bandwidth, "switch")
     return Network("ici", c.ici_link_bandwidth, "torus")
 
 

@@ -27,7 +27,7 @@ def close(a, b, rtol=1e-9):
 
 def test_networks():
     assert par.network("tpu-v5p") == par.Network("ici", W5p, "torus")
-    assert par.network(h100) == par.Network("nvlink", h100.ici_link_bandwidth * h100.ici_links, "ring")
+    assert par.network(h100) == par.Network("nvlink", h100.ici_link_bandwidth * h100.ici_links, "switch")
     assert par.network(v5p, "dcn").bandwidth == v5p.dcn_bandwidth
     with pytest.raises(ValueError, match="dcn_bandwidth"):
         par.network("tpu-v6e", "dcn")
