@@ -341,7 +341,7 @@ class Trace:
 
 
 def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logdir=None,
-            categories: dict | None = None) -> Trace:
+            categories: dict | None = None, python_tracer: bool = False) -> Trace:
     """Run ``fn(*args)`` ``warmup`` times untraced (so compilation is not in the trace),
     then ``steps`` times under ``jax.profiler.trace`` with ``create_perfetto_trace=True``,
     each inside ``TraceAnnotation(name)`` and waited for with ``block_until_ready``.
@@ -349,6 +349,10 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
     The trace goes to a temporary folder that is deleted afterwards, unless ``logdir`` is
     given (then the files stay there, to open in XProf/TensorBoard or Perfetto).
     ``categories`` is passed on to the :class:`Trace` (``hlo.op_categories(compiled)``).
+    ``python_tracer=False`` (the default) turns off the profiler's record of every Python
+    function call, which :func:`load_trace` drops anyway and which makes tracing (a
+    compilation above all) several times slower; JAX's own spans (``TraceAnnotation``, the
+    compilations) stay in the trace.
     """
     import jax
 
@@ -364,7 +368,9 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
     tmp = logdir is None
     folder = tempfile.mkdtemp(prefix="scalebook-trace-") if tmp else os.fspath(logdir)
     try:
-        with jax.profiler.trace(folder, create_perfetto_trace=True):
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 1 if python_tracer else 0
+        with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
             for _ in range(steps):
                 with jax.profiler.TraceAnnotation(name):
                     jax.block_until_ready(fn(*args))
