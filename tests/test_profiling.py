@@ -268,6 +268,15 @@ def test_roofline_rows_fit_the_column_with_the_ratio_last(trace, sharded_matmul)
     assert len(str(long)) <= 88 and str(long).endswith("x500")
 
 
+def test_capture_leaves_the_python_function_tracer_off(tmp_path, sharded_matmul):
+    """The Python tracer records every function call ("$..." events, which load_trace drops)
+    and makes a traced compilation several times slower: capture keeps it off unless asked."""
+    f, args, _ = sharded_matmul
+    profiling.capture(f, *args, steps=1, logdir=tmp_path)
+    raw = profiling._read_json(profiling.find_trace_file(tmp_path))
+    assert not [e for e in raw["traceEvents"] if str(e.get("name", "")).startswith("$")]
+
+
 def test_capture_shows_recompilation_as_compile_spans():
     """Chapter 9 diagnoses recompilation from a trace: each compilation is a
     backend_compile span among the trace's annotations (none once the program is cached)."""
