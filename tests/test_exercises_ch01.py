@@ -14,6 +14,7 @@ from scalebook.hardware import get_chip
 
 v5e, v5p, v6e, h100 = (get_chip(n) for n in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100"))
 D70, F70 = 8192, 28672     # LLaMA-3 70B d_model, d_ff (paper, Table 3)
+D8, F8 = 4096, 14336       # LLaMA-3 8B d_model, d_ff (paper, Table 3)
 
 
 def smallest_batch(D, F, I, s=2, sw=2):
@@ -31,7 +32,7 @@ RIGHT = {
     "1.1": t_math_1_1(),
     "1.2": 1 / 6,
     "1.3": 1.979e15 / 3.35e12,
-    "1.4": smallest_batch(F70, D70, h100.critical_intensity),
+    "1.4": smallest_batch(F8, D8, h100.critical_intensity),     # 8B's down projection
     "1.5": smallest_batch(D70, F70, v5e.critical_intensity, sw=1),
     "1.6": 2 * 1.97e14 / 5e10,
     "1.7": 512,
@@ -51,18 +52,34 @@ WRONG = {
 }
 
 
+# 1.6: D >= 2C/W. Each slip, and the words its hint must contain (slips that land on the
+# same number share a hint, which names them all).
+C5E, W5E = v5e.bf16_flops, v5e.ici_link_bandwidth
+SLIPS_1_6 = [
+    ("1 FLOP per multiply-add", 2 * 2 * C5E / W5E, "1 FLOP per multiply-add"),
+    ("both partial sums one way", 2 * 2 * C5E / W5E, "one direction"),
+    ("1 byte per element", 1 * C5E / W5E, "1 byte per element"),
+    ("all 2BDF FLOPs per chip", 2 * C5E / W5E / 2, "all 2BDF FLOPs"),
+    ("both directions' bandwidth", 2 * C5E / (2 * W5E), "both directions"),
+    ("two slips: 1 FLOP per MAC and one way", 4 * 2 * C5E / W5E, "4x too large"),
+]
+
 HINTS = {
     "1.1": [(WRONG["1.1"][0], "memory time"), (t_math_1_1() / 2, "2 FLOPs"),
             (WRONG["1.1"][3], "upper bound"), (t_math_1_1() * 1e3, "units")],
-    "1.2": [(0.25, "written")],
+    "1.2": [(0.25, "written"), (1 / 3, "2 bytes")],
     "1.3": [(h100.critical_intensity, "bf16 critical intensity")],
-    "1.4": [(296, "approximation")],
-    "1.7": [(481, "multiple of 128")],
+    "1.4": [(296, "approximation"), (RIGHT["1.4"] - 1, "one short")],
+    # bf16 weights; int8 weights but the int8 peak (twice the FLOP/s: a larger I*)
+    "1.5": [(smallest_batch(D70, F70, v5e.critical_intensity), "bf16 weights"),
+            (smallest_batch(D70, F70, v5e.int8_flops / v5e.hbm_bandwidth, sw=1), "bf16 peak")],
+    "1.6": [(answer, words) for _, answer, words in SLIPS_1_6],
+    "1.7": [(481, "multiple of 128"), (384, "too small")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, ... not attempted, malformed answers answered: tests/exercise_harness.py.
-globals().update(standard_tests(1, RIGHT, WRONG, HINTS))
+globals().update(standard_tests(1, RIGHT, WRONG, HINTS, all_hints=True))
 
 
 def test_estimates_within_tolerance_are_accepted():
@@ -93,6 +110,34 @@ def test_code_1_9_right():
     assert evaluate("1.9", lambda *a: np.array(good_bounds(*a))).correct
 
 
+def slipped_bounds(flops_per_mac=2, s=2, output=True, combine=lambda t: (max(t), sum(t)),
+                   scale=1.0):
+    def bounds(B, D, F, chip):
+        c = get_chip(chip)
+        t = (flops_per_mac * B * D * F / c.bf16_flops,
+             s * (B * D + D * F + (B * F if output else 0)) / c.hbm_bandwidth)
+        return tuple(scale * x for x in combine(t))
+    return bounds
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("swapped", lambda *a: good_bounds(*a)[::-1], "lower bound comes first"),
+    ("min and max", slipped_bounds(combine=lambda t: (min(t), max(t))), "larger of T_math"),
+    ("1 FLOP per MAC", slipped_bounds(flops_per_mac=1), "2 FLOPs per multiply-add"),
+    ("no output bytes", slipped_bounds(output=False), "output [B, F]"),
+    ("1 byte", slipped_bounds(s=1), "2 bytes"),
+    ("fp32 bytes", slipped_bounds(s=4), "not 4"),
+    ("in ms", slipped_bounds(scale=1e3), "s vs ms"),
+    ("a number", lambda *a: 1.0, "return a pair"),
+    ("small error", slipped_bounds(scale=1.01), "wrong result"),
+])
+def test_code_1_9_each_mistake_gets_its_hint(mistake, answer, words):
+    r = evaluate("1.9", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)
+    if words != "lower bound comes first":
+        assert "lower bound comes first" not in r.message, (mistake, r)
+
+
 def test_code_1_9_wrong():
     swapped = lambda *a: good_bounds(*a)[::-1]
     r = evaluate("1.9", swapped)
@@ -117,6 +162,21 @@ def test_code_1_9_wrong():
 
 def good_batch(D, F, chip):
     return smallest_batch(D, F, get_chip(chip).critical_intensity)
+
+
+def rounded_batch(D, F, chip):          # round() where ceil() is meant
+    I = get_chip(chip).critical_intensity
+    return round(I * D * F / (D * F - I * (D + F)))
+
+
+def test_code_1_10_round_is_not_ceil():
+    # The first case's exact bound has a fraction under 0.5, so round() is caught there first.
+    I = h100.critical_intensity
+    exact = I * 16384 * 53248 / (16384 * 53248 - I * (16384 + 53248))
+    assert exact - math.floor(exact) < 0.5
+    r = evaluate("1.10", rounded_batch)
+    assert r.status == "wrong" and "D=16384, F=53248, chip='gpu-h100'" in r.message, r
+    assert "round()" in r.message, r
 
 
 def test_code_1_10():

@@ -127,3 +127,91 @@ def test_a_broken_hint_fails_under_the_tests_and_is_skipped_for_students(monkeyp
         assert r.status == "wrong" and "too big" in r.message
     finally:
         del core._REGISTRY["0.5"]
+
+
+# ---- kinds: messages for code answers, huge numbers, tolerances (issue 8) ----------------
+
+from scalebook.exercises.kinds import CodeExercise, is_stub  # noqa: E402
+
+
+def _code(unit, reference, **kw):
+    return CodeExercise(id="0.6", title="t", unit=unit, reference=reference,
+                        cases=[(3,), (5,)], **kw)
+
+
+@pytest.mark.parametrize("unit,reference,answer,words", [
+    ("s", lambda n: n * 1e-3, lambda n: n * 1.0, "s vs ms"),                  # ms for s
+    ("s", lambda n: n * 1.0, lambda n: n * 1e-3, "s vs ms"),
+    ("bytes", lambda n: n * 1e9, lambda n: n * 2**30, "GiB is 2**30 bytes"),  # GiB for GB
+    ("bytes", lambda n: n * 1e9, lambda n: n * 8e9, "bits vs bytes"),        # bits for bytes
+    ("bytes", lambda n: n * 8e9, lambda n: n * 1e9, "bits vs bytes"),
+    ("s", lambda n: (n * 1e-3, n * 2e-3), lambda n: (n * 1.0, n * 2.0), "s vs ms"),  # pairs
+])
+def test_code_answers_get_unit_hints(unit, reference, answer, words):
+    r = _code(unit, reference).evaluate(answer)
+    assert r.status == "wrong" and words in r.message, r
+
+
+def test_code_unit_hints_need_a_unit_and_one_factor():
+    assert "ms" not in _code("", lambda n: n * 1e-3).evaluate(lambda n: n * 1.0).message
+    # the two numbers of a pair off by different factors: no unit hint
+    r = _code("s", lambda n: (n * 1.0, n * 2.0)).evaluate(lambda n: (n * 1e3, n * 2.0))
+    assert r.status == "wrong" and "units" not in r.message, r
+
+
+def _stub(n):
+    ...
+
+
+def _stub_with_docstring(n):
+    """Return the answer."""
+
+
+def _forgot_return(n):
+    result = n * 2      # noqa: F841  (computed, never returned)
+
+
+def test_a_function_that_returns_none_has_no_return_but_a_stub_is_not_attempted():
+    ex = _code("", lambda n: n * 2)
+    assert is_stub(_stub) and is_stub(_stub_with_docstring) and is_stub(lambda n: None)
+    assert not is_stub(_forgot_return) and not is_stub(print)
+    assert ex.evaluate(_stub).status == "not attempted"
+    assert ex.evaluate(_stub_with_docstring).status == "not attempted"
+    r = ex.evaluate(_forgot_return)
+    assert r.status == "wrong", r
+    assert "your function has no return (it returned None)" in r.message, r
+    # None on a later case only (a return on one branch): named with its inputs
+    r = ex.evaluate(lambda n: n * 2 if n == 3 else print(end=""))
+    assert r.status == "wrong" and "no return" in r.message and "(5,)" in r.message, r
+
+
+def test_huge_integers_get_a_message_not_an_overflow():
+    num = NumericExercise(id="0.7", title="t", unit="bytes", reference=lambda: 2.0)
+    for answer in (10**400, -10**400):
+        r = num.evaluate(answer)
+        assert r.status == "wrong" and "could not check" not in r.message, r
+        assert "401 digits" in r.message and "too large" in r.message, r
+    code = _code("tokens", lambda n: n, compare=lambda got, want: exercises.as_number(got) == want)
+    r = code.evaluate(lambda n: 10**400)
+    assert r.status == "wrong" and "401 digits" in r.message, r
+    r = _code("s", lambda n: (1.0, 2.0)).evaluate(lambda n: (1.0, 10**400))
+    assert r.status == "wrong" and "401 digits" in r.message, r
+    # through evaluate() of real exercises, numeric and code
+    assert "401 digits" in evaluate("1.4", 10**400).message
+    assert "401 digits" in evaluate("1.10", lambda D, F, chip: 10**400).message
+    assert "401 digits" in evaluate("4.12", lambda *a: 10**400).message
+
+
+def test_a_tight_tolerance_is_printed_without_rounding_to_zero():
+    ex = NumericExercise(id="0.8", title="t", unit="bytes", reference=lambda: 2.0, rtol=0.001)
+    r = ex.evaluate(2.01)
+    assert "0.1%" in r.message and "0%)" not in r.message, r
+    assert "off by more than 0.1%" in evaluate("4.7", 1.01 * get_exercise("4.7").reference()).message
+
+
+def test_an_answer_rounded_too_far_is_told_so():
+    ex = NumericExercise(id="0.9", title="t", unit="bytes", reference=lambda: 1.1288e12, rtol=0.02)
+    r = ex.evaluate(1.1e12)                              # 2 significant figures: 2.5% off
+    assert "2 significant figures" in r.message and "GiB" not in r.message, r
+    assert "GiB" in ex.evaluate(1.1288e12 / 1.024).message   # a real GiB slip still is one
+    assert "1 significant figure" in ex.evaluate(1e12).message

@@ -151,7 +151,8 @@ def _ex4_hints(model, projection, chip):
 
 register(VariedNumericExercise(
     id="1.4", title="Smallest compute-bound batch on an H100", unit="tokens", integer=True,
-    params={"model": "llama3-70b", "projection": "down", "chip": "gpu-h100"},
+    # 8B, not 70B: the chapter prints 70B's critical batches (sections 1.4 and 1.9).
+    params={"model": "llama3-8b", "projection": "down", "chip": "gpu-h100"},
     choose={"model": _MODELS, "projection": ("up", "down"),
             "chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")},
     solve=lambda model, projection, chip: rl.critical_batch(*_proj_dims(model, projection), chip),
@@ -205,11 +206,20 @@ register(VariedNumericExercise(
 
 # 1.6 ------------------------------------------------------------------------------------
 def _ex6_hints(chip):
+    # Each factor-2 slip gives exactly the same number, so each hint names every slip that
+    # lands there (tests/test_exercises_ch01.py builds each mistake and checks its words).
     return [
         (lambda a: _close(a, rl.min_contraction_to_hide_comm(chip) * 2),
-         "each chip does only half of the 2BDF FLOPs, but it also sends only one [B, F] partial sum."),
+         "2x too large: did you count 1 FLOP per multiply-add (each chip does "
+         "2·B·(D/2)·F = BDF FLOPs), or send both partial sums over one direction of the link "
+         "(each chip sends its own [B, F] sum, both directions at once)?"),
         (lambda a: _close(a, rl.min_contraction_to_hide_comm(chip) / 2),
-         "a bf16 element of the partial sum takes 2 bytes."),
+         "2x too small: did you count 1 byte per element (a bf16 element of the partial sum "
+         "takes 2 bytes), give each chip all 2BDF FLOPs (it does only its half, BDF), or "
+         "count the link's bandwidth in both directions (each chip sends in one)?"),
+        (lambda a: _close(a, rl.min_contraction_to_hide_comm(chip) * 4),
+         "4x too large: each chip does BDF FLOPs (2 per multiply-add, on half of D) and "
+         "sends 2BF bytes (one bf16 [B, F] partial sum)."),
     ]
 
 
@@ -284,18 +294,63 @@ def _bounds_ref(B, D, F, chip):
     return (b.lower, b.upper)
 
 
-_CASES_9 = [(1, 8192, 28672, "tpu-v5e"), (4096, 8192, 8192, "gpu-h100"), (256, 4096, 14336, "tpu-v6e"),
-            (64, 16384, 53248, "gpu-b200")]
+def _bounds_with(B, D, F, chip, flops_per_mac=2, bytes_per_element=2, output=True):
+    """(max, sum) of the two times, with one slip of counting built in."""
+    c = get_chip(chip)
+    t_math = flops_per_mac * B * D * F / c.bf16_flops
+    t_mem = bytes_per_element * (B * D + D * F + (B * F if output else 0)) / c.hbm_bandwidth
+    return t_math, t_mem
+
+
+def _pair(got):
+    try:
+        return (as_number(got[0]), as_number(got[1])) if len(got) == 2 else None
+    except Exception:            # not a sequence of two: the hint says to return a pair
+        return None
+
+
+def _is(got, want, rtol=1e-6):
+    pair = _pair(got)
+    return pair is not None and None not in pair and all(
+        math.isclose(g, w, rel_tol=rtol) for g, w in zip(pair, want))
+
+
+def _slip(**slip):
+    def predicate(got, want, args):
+        t_math, t_mem = _bounds_with(*args, **slip)
+        return _is(got, (max(t_math, t_mem), t_math + t_mem))
+    return predicate
+
+
+def _min_max(got, want, args):
+    t_math, t_mem = _bounds_with(*args)
+    return _is(got, (min(t_math, t_mem), max(t_math, t_mem)))
+
+
+def _swapped(got, want, args):
+    pair = _pair(got)
+    return pair is not None and None not in pair and pair[0] > pair[1]
+
+
+# The first case has T_mem about 2.3 T_math, so every slip below changes both numbers and
+# lower and upper differ by 40% (a memory-bound B = 1 first case made lower ~ upper, and
+# almost any small error looked like "swapped").
+_CASES_9 = [(256, 4096, 14336, "tpu-v6e"), (4096, 8192, 8192, "gpu-h100"),
+            (1, 8192, 28672, "tpu-v5e"), (64, 16384, 53248, "gpu-b200")]
 
 register(CodeExercise(
     id="1.9", title="Time bounds of a bf16 matmul", reference=_bounds_ref, cases=_CASES_9,
-    describe=lambda B, D, F, chip: f"B={B}, D={D}, F={F}, chip={chip!r}",
+    unit="s", describe=lambda B, D, F, chip: f"B={B}, D={D}, F={F}, chip={chip!r}",
     hints=[
-        (lambda got, want, args: isinstance(got, (tuple, list)) and len(got) == 2
-         and _close(got[0], want[1]) and _close(got[1], want[0]),
-         "the lower bound comes first: (max of the times, sum of the times)."),
-        (lambda got, want, args: not hasattr(got, "__len__") or len(got) != 2,
+        (lambda got, want, args: _pair(got) is None,
          "return a pair (lower, upper) in seconds."),
+        (_swapped, "the lower bound comes first: (max of the times, sum of the times)."),
+        (_min_max, "with perfect overlap the time is the larger of T_math and T_mem (not the "
+                   "smaller); with none it is their sum (not the larger)."),
+        (_slip(flops_per_mac=1), "a matmul does 2 FLOPs per multiply-add: 2BDF."),
+        (_slip(output=False), "count the bytes of the output [B, F] too: it is written to HBM."),
+        (_slip(bytes_per_element=1), "a bf16 element takes 2 bytes."),
+        (_slip(bytes_per_element=4), "bf16 takes 2 bytes per element, not 4."),
     ],
 ))
 
@@ -305,18 +360,23 @@ def _critical_batch_ref(D, F, chip):
     return rl.critical_batch(D, F, chip)
 
 
-_CASES_10 = [(8192, 28672, "tpu-v5e"), (28672, 8192, "gpu-h100"), (4096, 4096, "tpu-v6e"),
-             (16384, 53248, "gpu-a100"), (2048, 8192, "tpu-v5p")]
+# The first case's exact bound is 302.35, so round() (302) is told apart from ceil() (303);
+# every other case's fraction is at least 0.5, where the two agree.
+_CASES_10 = [(16384, 53248, "gpu-h100"), (8192, 28672, "tpu-v5e"), (28672, 8192, "gpu-h100"),
+             (4096, 4096, "tpu-v6e"), (16384, 53248, "gpu-a100"), (2048, 8192, "tpu-v5p")]
 
 register(CodeExercise(
     id="1.10", title="Smallest compute-bound batch, in code", reference=_critical_batch_ref,
-    cases=_CASES_10, compare=lambda got, want: as_number(got) == want,
+    cases=_CASES_10, compare=lambda got, want: as_number(got) == want, unit="tokens",
     describe=lambda D, F, chip: f"D={D}, F={F}, chip={chip!r}",
     hints=[
-        (lambda got, want, args: abs(got - math.ceil(get_chip(args[2]).critical_intensity)) <= 1,
+        (lambda got, want, args: as_number(got) is not None
+         and abs(as_number(got) - math.ceil(get_chip(args[2]).critical_intensity)) <= 1,
          "B = I* keeps only the weight bytes and ignores the input and output bytes BD and BF; "
          "solve 2BDF >= I*·2(BD + DF + BF) for B."),
-        (lambda got, want, args: got == want - 1, "one short: round up, the batch must reach I*."),
-        (lambda got, want, args: not float(got).is_integer(), "return a whole number of tokens."),
+        (lambda got, want, args: as_number(got) == want - 1,
+         "one short: round up (math.ceil, not round()): the batch must reach I*."),
+        (lambda got, want, args: as_number(got) is not None and not as_number(got).is_integer(),
+         "return a whole number of tokens."),
     ],
 ))

@@ -7,9 +7,12 @@ raises on the answer itself. Chapters build their exercises from these in ``chNN
 from __future__ import annotations
 
 import dataclasses
+import dis
+import functools
 import math
 import numbers
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,7 +20,10 @@ from .. import hlo
 from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, strict_checks
 
 __all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
-           "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something"]
+           "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something",
+           "is_stub"]
+
+NO_RETURN = "your function has no return (it returned None)"
 
 
 def _hint_applies(predicate, *args) -> bool:
@@ -38,7 +44,10 @@ def as_number(x):
     if isinstance(x, bool):
         return None
     if isinstance(x, numbers.Real):
-        return float(x)
+        try:
+            return float(x)
+        except OverflowError:            # an int of hundreds of digits: larger than any float
+            return math.copysign(math.inf, x)
     shape = getattr(x, "shape", None)
     if shape == () and hasattr(x, "item"):
         try:
@@ -49,6 +58,58 @@ def as_number(x):
     return None
 
 
+def _too_big(x) -> str | None:
+    """A message for an int too large to be a float (10**400), else None."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        try:
+            float(x)
+        except OverflowError:
+            digits = len(str(abs(int(x)))) if abs(int(x)).bit_length() < 20_000 else None
+            size = f"an integer of {digits} digits" if digits else "an enormous integer"
+            return (f"{size}, too large for any answer here (a float stops near 1.8e308): "
+                    f"check the exponent, or for ** written where * was meant.")
+    return None
+
+
+def _pct(rtol: float) -> str:
+    """A tolerance in percent without rounding it to 0: 0.05 -> '5%', 0.001 -> '0.1%'."""
+    return f"{rtol * 100:.2g}%"
+
+
+def _rounded_hint(value: float, expected: float, rtol: float) -> str | None:
+    """A hint when ``value`` is ``expected`` rounded to one or two significant figures."""
+    for figures in (1, 2):
+        rounded = float(f"{expected:.{figures - 1}e}")
+        if rounded != expected and math.isclose(value, rounded, rel_tol=1e-9):
+            return (f"that is the answer rounded to {figures} significant figure"
+                    f"{'s' if figures > 1 else ''}; give at least {figures + 1} (the check "
+                    f"allows {_pct(rtol)}).")
+    return None
+
+
+def is_stub(fn) -> bool:
+    """Whether a function's body does nothing but return None: the exercise template's
+    ``...`` (or ``pass``, or a docstring alone). Such a function is *not attempted*; one
+    that does work but has no ``return`` is an answer with a mistake."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return False
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(code)
+           if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return ops in ([("RETURN_CONST", None)], [("LOAD_CONST", None), ("RETURN_VALUE", None)])
+
+
+_PATH = re.compile(r"""(?:File\s+)?["']?(?:[A-Za-z]:)?(?:[\\/][^\s"':,()]+)+\.py["']?"""
+                   r"""(?:(?:, line |:)\d+)?""")
+_INTERNAL = re.compile(r"\b(?:[A-Za-z_][\w]*\.<locals>\.)+")
+
+
+def _clean_error(text: str) -> str:
+    """An error message without file paths or the check's own function names."""
+    text = _INTERNAL.sub("", _PATH.sub("", text))
+    return re.sub(r"[ \t]{2,}", " ", text)
+
+
 def _is_size_unit(unit: str) -> bool:
     u = unit.lower()
     return "byte" in u or u.rstrip("/s").endswith(("b", "gib", "mib", "kib"))
@@ -56,11 +117,13 @@ def _is_size_unit(unit: str) -> bool:
 
 def _ratio_hint(ratio: float, unit: str = "") -> str | None:
     """A generic hint from answer / expected. The GiB-vs-GB hint is given only for sizes."""
+    bits = " (bits vs bytes? a byte is 8 bits)" if _is_size_unit(unit) else ""
     for factor, name in [(2, "2"), (4, "4"), (8, "8")]:
+        extra = bits if factor == 8 else ""
         if math.isclose(ratio, factor, rel_tol=0.03):
-            return f"about {name}x too large."
+            return f"about {name}x too large{extra}."
         if math.isclose(ratio, 1 / factor, rel_tol=0.03):
-            return f"about {name}x too small."
+            return f"about {name}x too small{extra}."
     for k in range(1, 6):
         big = 10.0 ** (3 * k)
         if math.isclose(ratio, big, rel_tol=0.1):
@@ -91,6 +154,9 @@ class NumericExercise(Exercise):
     def evaluate(self, answer) -> Result:
         if answer is Ellipsis:
             return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
+        big = _too_big(answer)
+        if big:
+            return self._result(WRONG, f"not yet: that is {big}")
         value = as_number(answer)
         if value is None:
             return self._result(WRONG, f"expected a number{self._unit_words()}, got "
@@ -106,9 +172,12 @@ class NumericExercise(Exercise):
             ok = math.isclose(value, expected, rel_tol=self.rtol, abs_tol=0.0)
         if ok:
             return self._result(CORRECT, "correct.")
-        for predicate, message in self.hints:
+        for predicate, message in self.hints:      # a specific mistake first
             if _hint_applies(predicate, value):
                 return self._result(WRONG, "not yet: " + message)
+        rounded = None if self.integer else _rounded_hint(value, expected, self.rtol)
+        if rounded:                                 # then rounding, before the unit slips
+            return self._result(WRONG, "not yet: " + rounded)
         if expected != 0 and value != 0 and (value > 0) == (expected > 0):
             hint = _ratio_hint(value / expected, self.unit)
             if hint:
@@ -116,7 +185,7 @@ class NumericExercise(Exercise):
             direction = "large" if value > expected else "small"
             if self.integer:
                 return self._result(WRONG, f"not yet: too {direction}.")
-            return self._result(WRONG, f"not yet: too {direction} (off by more than {self.rtol:.0%}).")
+            return self._result(WRONG, f"not yet: too {direction} (off by more than {_pct(self.rtol)}).")
         return self._result(WRONG, "not yet: the sign or the size is far off.")
 
     def _unit_words(self) -> str:
@@ -216,8 +285,11 @@ class CodeExercise(Exercise):
     ``cases`` is a list of argument tuples; ``reference`` is the correct function. Results
     are compared with ``compare(got, want) -> bool`` (default: relative tolerance ``rtol``
     on numbers and on each element of tuples). ``hints`` are (predicate(got, want, args),
-    message) pairs. A function whose body is still ``...`` (so it returns None) counts as
-    not attempted.
+    message) pairs, tried in order on the first case that fails (so put the case that tells
+    the typical mistakes apart first). ``unit`` is the unit of the numbers the reference
+    returns: when no hint applies, a wrong number gets the same unit hints (ms vs s, GiB vs
+    GB, bits vs bytes) as a numeric answer. A function whose body is still ``...`` counts as
+    not attempted; one that does work but returns None is told it has no return.
     """
 
     reference: Callable = None
@@ -226,6 +298,7 @@ class CodeExercise(Exercise):
     compare: Callable | None = None
     hints: list = field(default_factory=list)
     describe: Callable | None = None     # args -> str, for messages
+    unit: str = ""
 
     def _equal(self, got, want) -> bool:
         if self.compare is not None:
@@ -239,6 +312,25 @@ class CodeExercise(Exercise):
             return False
         return math.isclose(g, float(want), rel_tol=self.rtol, abs_tol=1e-300)
 
+    def _unit_hint(self, got, want) -> str | None:
+        """The generic ratio hint when every number returned is off by the same factor."""
+        if not self.unit:
+            return None
+        if isinstance(want, tuple):
+            if isinstance(got, (str, bytes)) or not hasattr(got, "__len__") or len(got) != len(want):
+                return None
+            pairs = list(zip(got, want))
+        else:
+            pairs = [(got, want)]
+        found = set()
+        for g, w in pairs:
+            g, w = as_number(g), as_number(w)
+            if g is None or w is None or g == 0 or w == 0 or (g > 0) != (w > 0) \
+                    or not math.isfinite(g):
+                return None
+            found.add(_ratio_hint(g / w, self.unit))
+        return found.pop() if len(found) == 1 else None
+
     def evaluate(self, answer) -> Result:
         if answer is Ellipsis or answer is None:
             return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
@@ -250,13 +342,24 @@ class CodeExercise(Exercise):
                 got = answer(*args)
             except Exception as e:  # the student's code: report, never raise
                 return self._result(WRONG, f"your function raised {type(e).__name__}: {e} (inputs: {label}).")
-            if got is None and i == 0:
-                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            if got is None:
+                if is_stub(answer):      # the template's body, still ``...``
+                    return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+                where = "" if i == 0 else f" for inputs {label}"
+                return self._result(WRONG, f"not yet: {NO_RETURN}{where}.")
+            parts = got if isinstance(got, (tuple, list)) else (got,)
+            big = next(filter(None, map(_too_big, parts)), None)
+            if big:
+                return self._result(WRONG, f"not yet for inputs {label}: your function "
+                                           f"returned {big}")
             want = self.reference(*args)
             if not self._equal(got, want):
                 for predicate, message in self.hints:
                     if _hint_applies(predicate, got, want, args):
                         return self._result(WRONG, f"not yet for inputs {label}: {message}")
+                unit = self._unit_hint(got, want)
+                if unit:
+                    return self._result(WRONG, f"not yet for inputs {label}: {unit}")
                 return self._result(WRONG, f"not yet: wrong result for inputs {label} (got {got!r:.80}).")
         return self._result(CORRECT, f"correct on all {len(self.cases)} test inputs.")
 
@@ -307,9 +410,11 @@ class MeshProgramExercise(Exercise):
                 compiled = fn.lower(*args).compile()
                 got = np.asarray(compiled(*args))
             except NotAttempted:
-                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+                if is_stub(answer):      # the template's body, still ``...``
+                    return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+                return self._result(WRONG, f"not yet: {NO_RETURN} for {label}.")
             except Exception as e:  # the student's code: report, never raise
-                text = f"{type(e).__name__}: {e}"
+                text = _clean_error(f"{type(e).__name__}: {e}")
                 for needle, message in self.error_hints:
                     if needle in text:
                         return self._result(WRONG, f"not yet ({label}): {message}")
@@ -338,7 +443,10 @@ def mesh_inputs(shapes, seed):
 
 
 def returns_something(answer):
-    """Wrap a student's per-device function so that returning None means "not attempted"."""
+    """Wrap a student's per-device function so that returning None means "not attempted"
+    (or, for a function that does work, "has no return"). The wrapper takes the student's
+    function's name, so JAX's messages name their function, not the check's."""
+    @functools.wraps(answer)
     def body(*blocks):
         out = answer(*blocks)
         if out is None:
