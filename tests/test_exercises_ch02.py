@@ -5,6 +5,8 @@ reference functions in scalebook/exercises/ch02.py. Code answers run on several 
 
 import math
 
+import pytest
+
 from exercise_harness import standard_tests
 from scalebook.exercises import chapter_ids, evaluate
 from scalebook.hardware import get_chip
@@ -13,16 +15,19 @@ from scalebook.models import get_model
 V5E, V5P, V6E, H100 = (get_chip(n) for n in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100"))
 
 
-def _llama70b_bytes():
+def _llama_bytes(name="llama3-70b"):
     # 2 bytes per bf16 weight; parameters counted from the config with the LLaMA formula
-    m = get_model("llama3-70b")
+    m = get_model(name)
     d, L, V, F = m.d_model, m.n_layers, m.vocab_size, m.d_ff
     q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
     per_layer = d * q + 2 * d * kv + q * d + 3 * d * F + 2 * d
     return 2 * (2 * V * d + L * per_layer + d)
 
 
-W70 = _llama70b_bytes()
+W70 = _llama_bytes("llama3-70b")
+W405 = _llama_bytes("llama3-405b")
+LAT = 6 * 1e-6                  # 2.12: 6 hops of 1e-6 s
+SEND = 1e6 / (2 * V5E.ici_link_bandwidth)
 S6 = V6E.mxu_size
 
 RIGHT = {
@@ -30,10 +35,10 @@ RIGHT = {
     "2.1": V5P.bf16_flops / (V5P.tensorcores * V5P.mxus_per_core),
     # 2.3 padding on v6e (256 x 256 MXU) for a [384, 640] weight
     "2.3": (384 * 640) / (math.ceil(384 / S6) * S6 * math.ceil(640 / S6) * S6),
-    # 2.5 diameter of v5e 8x16: the 16 axis (full pod width) wraps, the 8 axis does not
-    "2.5": (8 - 1) + 16 // 2,
-    # 2.6 v5e chips for LLaMA-3-70B bf16
-    "2.6": math.ceil(W70 / V5E.hbm_bytes),
+    # 2.5 diameter of v5e 4x16: the 16 axis (full pod width) wraps, the 4 axis does not
+    "2.5": (4 - 1) + 16 // 2,
+    # 2.6 v5e chips for LLaMA-3-405B bf16
+    "2.6": math.ceil(W405 / V5E.hbm_bytes),
     # 2.7 decode floor on v6e 4x4
     "2.7": W70 / (16 * V6E.hbm_bandwidth),
     # 2.8 PCIe load into v5e 4x4: one PCIe link per chip
@@ -45,32 +50,49 @@ RIGHT = {
     # 2.11 ratio of the HBM floors: (W / 16 v5e) / (W / 8 H100)
     "2.11": (8 * H100.hbm_bandwidth) / (16 * V5E.hbm_bandwidth),
     # 2.12 corner to corner on a v5e 4x4 (no wraparound: 6 hops), two links, 1 us per hop
-    "2.12": 6 * 1e-6 + 1e9 / (2 * V5E.ici_link_bandwidth),
+    "2.12": LAT + SEND,
 }
 
 WRONG = {
     "2.1": [V5P.bf16_flops, V5P.bf16_flops / 4, RIGHT["2.1"] / 2],
     "2.3": [1.0, 1 - RIGHT["2.3"]],
-    "2.5": [(8 - 1) + (16 - 1), 8 // 2 + 16 // 2],
-    "2.6": [RIGHT["2.6"] - 1, math.ceil(W70 / 2 / V5E.hbm_bytes)],
+    "2.5": [(4 - 1) + (16 - 1), 4 // 2 + 16 // 2],
+    "2.6": [RIGHT["2.6"] - 1, math.ceil(W405 / 2 / V5E.hbm_bytes),
+            math.ceil(W405 / (V5E.hbm_bytes / 1e9 * 2**30)), math.ceil(W70 / V5E.hbm_bytes)],
     "2.7": [W70 / V6E.hbm_bandwidth, RIGHT["2.7"] * 2, RIGHT["2.7"] * 1e3,
             W70 / (16 * V5E.hbm_bandwidth)],
     "2.8": [W70 / V5E.pcie_bandwidth, W70 / 2 / V5E.pcie_bandwidth, RIGHT["2.8"] / 1e3],
     "2.9": [W70 / V5E.dcn_bandwidth, W70 / (256 * V5E.ici_link_bandwidth), RIGHT["2.9"] * 8],
     "2.10": ["dcn"],
     "2.11": [1 / RIGHT["2.11"], H100.hbm_bandwidth / V5E.hbm_bandwidth],
-    "2.12": [6 * 1e-6 + 1e9 / V5E.ici_link_bandwidth, 6 * 1e9 / (2 * V5E.ici_link_bandwidth),
+    "2.12": [LAT + 2 * SEND, SEND, 2e-6 + SEND, 1e-6 + SEND, 6 * SEND, LAT + 6 * SEND,
              RIGHT["2.12"] * 1e3],
 }
 
 HINTS = {   # a typical mistake -> words its hint must contain
-    "2.3": [(1.0, "128")],                      # the 128 x 128 answer
-    "2.12": [(6 * 1e-6 + 1e9 / V5E.ici_link_bandwidth, "two links")],
+    "2.1": [(V5P.bf16_flops / 4, "two TensorCores"), (V5P.bf16_flops, "whole chip"),
+            (RIGHT["2.1"] / 2, "2 FLOPs")],
+    "2.3": [(1.0, "128"), (1 - RIGHT["2.3"], "wasted"), (1.5, "between 0 and 1")],
+    "2.5": [((4 - 1) + (16 - 1), "wraparound"), (4 // 2 + 16 // 2, "4-long axis")],
+    "2.6": [(RIGHT["2.6"] - 1, "round up"), (math.ceil(W405 / 2 / V5E.hbm_bytes), "2 bytes"),
+            (math.ceil(W405 / (V5E.hbm_bytes / 1e9 * 2**30)), "GiB"),
+            (math.ceil(W70 / V5E.hbm_bytes), "405B")],
+    "2.7": [(W70 / V6E.hbm_bandwidth, "16 chips"), (W70 / (16 * V5E.hbm_bandwidth), "v5e"),
+            (W70 / 2 / (16 * V6E.hbm_bandwidth), "2 bytes")],
+    "2.8": [(W70 / V5E.pcie_bandwidth, "all 16"), (W70 / 2 / V5E.pcie_bandwidth, "per chip")],
+    "2.9": [(W70 / V5E.dcn_bandwidth, "share"), (W70 / (256 * V5E.ici_link_bandwidth), "no ICI")],
+    "2.11": [(1 / RIGHT["2.11"], "upside down"),
+             (H100.hbm_bandwidth / V5E.hbm_bandwidth, "one chip with one chip")],
+    "2.12": [(LAT + 2 * SEND, "two links"),             # one link
+             (SEND, "add the latency"),                 # the latency left out: 37% of it
+             (2e-6 + SEND, "no wraparound"),            # 4x4 taken as a torus: 1 + 1 hops
+             (1e-6 + SEND, "per hop"),                  # one latency, not six
+             (6 * SEND, "forward"), (LAT + 6 * SEND, "forward")],   # a copy per hop
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, ... not attempted, malformed answers answered: tests/exercise_harness.py.
-globals().update(standard_tests(2, RIGHT, WRONG, HINTS))
+globals().update(standard_tests(2, RIGHT, WRONG, HINTS, all_hints=True))
 
 
 def test_chapter_has_its_twelve_exercises():
@@ -115,6 +137,17 @@ def test_2_2():
     assert status("2.2", lambda M, K, N: M + 2 * K - 2) == "wrong"
     r = evaluate("2.2", lambda M, K, N: M + K + N - 1)
     assert "too many" in r.message
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("weight loading counted", lambda M, K, N: M + 2 * K + N - 2, "weight-loading"),
+    ("one too many", lambda M, K, N: M + K + N - 1, "one cycle too many"),
+    ("one short", lambda M, K, N: M + K + N - 3, "one cycle short"),
+    ("only M", lambda M, K, N: M, "cross the K rows"),
+])
+def test_2_2_each_mistake_gets_its_hint(mistake, answer, words):
+    r = evaluate("2.2", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)
     assert status("2.2", lambda M, K, N: None) == "not attempted"
 
 
