@@ -24,6 +24,9 @@ W5e, W5p, C5p = v5e.ici_link_bandwidth, v5p.ici_link_bandwidth, v5p.bf16_flops
 D, F, H, K, h = 8192, 28672, 64, 8, 128
 W_UP = D * F * 2                                     # bf16 bytes of one MLP matrix
 LAYER = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F + 2 * D) * 2
+# LLaMA-3 405B (paper, Table 3): d, F, query heads (kv heads and head dim as 70B's)
+D4, F4, H4 = 16384, 53248, 128
+LAYER405 = (D4 * H4 * h + 2 * D4 * K * h + H4 * h * D4 + 3 * D4 * F4 + 2 * D4) * 2
 A2A = 4096 * D * 2
 
 
@@ -39,7 +42,7 @@ RIGHT = {
     "3.5": "all-to-all",
     "3.6": A2A * 16 / 8 / W5e,                       # even n on a torus: busiest link V n / 8
     "3.7": 15 / 16 * C5p / (2 * W5p),                # (15/16) D F s / 2W  =  B 2 D F / C
-    "3.8": 63 / 64 * LAYER / (2 * W5p * 3),
+    "3.8": 63 / 64 * LAYER405 / (2 * W5p * 3),        # 405B: the chapter prints 70B's
     "3.9": (2 * 7 / 8 * 4096 * D * 2 / (2 * W5p)) / (3 * 2 * 4096 * D * F / 8 / C5p),
 }
 
@@ -51,7 +54,7 @@ WRONG = {
     "3.5": ["all-gather", "none", "all-reduce"],
     "3.6": [15 / 16 * A2A / (2 * W5e), A2A * 15 / 2 / W5e],
     "3.7": [2 * RIGHT["3.7"], 16 / 15 * RIGHT["3.7"], RIGHT["3.7"] / 2],
-    "3.8": [3 * RIGHT["3.8"], 2 * RIGHT["3.8"]],
+    "3.8": [3 * RIGHT["3.8"], 2 * RIGHT["3.8"], 63 / 64 * LAYER / (2 * W5p * 3)],
     "3.9": [3 * RIGHT["3.9"], 1.5 * RIGHT["3.9"], 2 * RIGHT["3.9"]],
 }
 
@@ -59,7 +62,8 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "3.1": [(W_UP / 16, "n - 1")],
     "3.2": [(2 * RIGHT["3.2"], "one-way ring")],
     "3.6": [(15 / 16 * A2A / (2 * W5e), "min(d, n - d)")],
-    "3.8": [(3 * RIGHT["3.8"], "three")],
+    "3.8": [(3 * RIGHT["3.8"], "three"), (2 * RIGHT["3.8"], "all-reduce"),
+            (63 / 64 * LAYER / (2 * W5p * 3), "70B")],
     "3.9": [(3 * RIGHT["3.9"], "three matmuls")],
 }
 
@@ -151,6 +155,10 @@ def specs_replicated_out(M, K, N):
     return P("x", None), P(None, "y"), P("x", None)
 
 
+def specs_replicated_in(M, K, N):  # no communication, but every device holds all of A and B
+    return P(), P(), P("x", "y")
+
+
 def specs_one_shape(M, K, N):
     return specs_right(M, K, N) if M == 8 else specs_contract(M, K, N)
 
@@ -170,6 +178,7 @@ def test_right_programs_pass(ex, answer):
     ("3.11", rs_wrong_dim, "shape"),
     ("3.12", specs_contract, "communicates"),
     ("3.12", specs_replicated_out, "8 devices"),
+    ("3.12", specs_replicated_in, "fully replicated"),
     ("3.12", specs_one_shape, "A[16,8]"),
     ("3.12", lambda M, K, N: "x", "jax.P"),
     ("3.10", 42, "function"),
@@ -183,3 +192,46 @@ def test_wrong_programs_fail_with_a_reason(ex, answer, word):
 def test_stub_program_is_not_attempted():
     assert evaluate("3.10", fsdp_none).status == "not attempted"
     assert evaluate("3.12", lambda M, K, N: None).status == "not attempted"
+
+
+def fsdp_forgot_return(x, w):
+    x @ jax.lax.all_gather(w, "y", axis=0, tiled=True, to="invarying")
+
+
+def specs_forgot_return(M, K, N):
+    specs_right(M, K, N)
+
+
+def test_a_program_with_no_return_is_told_so():
+    for ex, answer in [("3.10", fsdp_forgot_return), ("3.12", specs_forgot_return)]:
+        r = evaluate(ex, answer)
+        assert r.status == "wrong" and "has no return (it returned None)" in r.message, r
+
+
+def fsdp_returns_a_pair(x, w):     # JAX's out_specs error names the function
+    return x, w
+
+
+def fsdp_bad_axis(x, w):
+    return x @ jax.lax.all_gather(w, "z", axis=0, tiled=True)
+
+
+@pytest.mark.parametrize("ex,answer", [("3.10", fsdp_returns_a_pair), ("3.10", fsdp_bad_axis),
+                                       ("3.11", lambda x, w: (x @ w).sum()),
+                                       ("3.12", lambda M, K, N: (P("x", None, None), P(), P()))])
+def test_mesh_messages_show_no_paths_or_check_internals(ex, answer):
+    r = evaluate(ex, answer)
+    assert r.status == "wrong", r
+    for internal in ("<locals>", ".py", "scalebook", "_build", "'body'", "body(", "returns_something"):
+        assert internal not in r.message, (internal, r.message)
+
+
+def test_jax_errors_name_the_students_function():
+    from scalebook.exercises.kinds import _clean_error
+    text = ('ValueError: shard_map applied to the function '
+            "'returns_something.<locals>.body' defined at /x/scalebook/exercises/kinds.py:455 "
+            'File "/usr/lib/python3.12/site-packages/jax/_src/core.py", line 12, in f')
+    clean = _clean_error(text)
+    assert "/x/" not in clean and ".py" not in clean and "<locals>" not in clean, clean
+    from scalebook.exercises.kinds import returns_something
+    assert returns_something(fsdp_returns_a_pair).__name__ == "fsdp_returns_a_pair"

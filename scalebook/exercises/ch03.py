@@ -148,8 +148,10 @@ register(NumericExercise(
 
 
 # 3.8 -------------------------------------------------------------------------------------
-def _ex8(axes=(4, 4, 4)):
-    return collectives.collective_time("reduce-scatter", _70b().params_per_layer() * 2, axes, "tpu-v5p")
+# 405B, not 70B: section 3.7 prints the reduce-scatter of a 70B layer on this slice.
+def _ex8(axes=(4, 4, 4), model="llama3-405b"):
+    return collectives.collective_time("reduce-scatter", get_model(model).params_per_layer() * 2,
+                                       axes, "tpu-v5p")
 
 
 register(NumericExercise(
@@ -161,6 +163,8 @@ register(NumericExercise(
         (lambda a: _close(a, 2 * _ex8()), "2x too large: did you time an all-reduce (a "
          "reduce-scatter sends only (n - 1) / n times the array, half as much), or a one-way "
          "ring (each torus axis sends both ways)?"),
+        (lambda a: _close(a, _ex8(model="llama3-70b")),
+         "that is a LLaMA-3 70B layer (section 3.7's example); this exercise asks about 405B."),
     ],
 ))
 
@@ -282,6 +286,8 @@ def _build_specs(answer, case, mesh):
     sa, sb, sc = (NamedSharding(mesh, s) for s in specs)
     if math.prod(sc.shard_shape((M, N))) * 8 != M * N:
         raise ValueError(f"the output sharding {specs[2]} leaves each device more than 1/8 of C")
+    if sa.is_fully_replicated and sb.is_fully_replicated:
+        raise ValueError("fully replicated inputs: every device holds all of A and all of B")
     a, b = mesh_inputs([(M, K), (K, N)], seed=M * K + N)
     a, b = jax.device_put(a, sa), jax.device_put(b, sb)
     fn = jax.jit(lambda a, b: a @ b, out_shardings=sc)
@@ -301,5 +307,8 @@ register(MeshProgramExercise(
     describe=lambda M, K, N: f"A[{M},{K}] @ B[{K},{N}]",
     error_hints=[("more than 1/8", "C must be split over all 8 devices, e.g. one mesh axis on "
                                    "each of its dimensions."),
-                 ("three PartitionSpecs", "return a tuple (spec_a, spec_b, spec_c) of jax.P(...).")],
+                 ("three PartitionSpecs", "return a tuple (spec_a, spec_b, spec_c) of jax.P(...)."),
+                 ("fully replicated inputs", "with A and B both fully replicated nothing is "
+                  "communicated, but every device holds both whole inputs: shard A or B (or "
+                  "both) so that each device holds only what its block of C needs.")],
 ))
