@@ -6,6 +6,8 @@ scalebook/exercises/ch04.py. Code answers run on several configurations."""
 
 import math
 
+import pytest
+
 from exercise_harness import standard_tests
 from scalebook.exercises import chapter_ids, evaluate
 from scalebook.hardware import get_chip
@@ -118,9 +120,49 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "4.10": [(NO_EXTRA_LAYER, "recomputed"), (NO_HEAD_4_10, "head")],
 }
 
+# 4.9: each slip, built from the bytes per parameter (2 weights + 2 grads + 4 master + 8 Adam)
+N70 = n_params(**M70)
+SLIPS_4_9 = [
+    ("no master copy", (2 + 2 + 0 + 8) * N70, "master copy"),
+    ("one Adam moment", (2 + 2 + 4 + 4) * N70, "one of Adam's two moments"),
+    ("no gradients", (2 + 0 + 4 + 8) * N70, "gradients"),
+    ("fp32 gradients", (2 + 4 + 4 + 8) * N70, "bf16 here"),
+    ("only the weights", 2 * N70, "only the bf16 weights"),
+    ("2 significant figures", float(f"{16 * N70:.1e}"), "2 significant figures"),
+]
+HINTS["4.9"] = [(answer, words) for _, answer, words in SLIPS_4_9]
+HINTS["4.3"] = [(n_params(**M8), "untied"), (RIGHT["4.3"] - M8["V"] * M8["d"], "twice")]
+HINTS["4.1"] += [(2 * M70["d"] * M70["H"] * M70["h"], "W_k and W_v"),
+                 (RIGHT["4.1"] * 80, "80 layers")]
+HINTS["4.2"] += [(M405["L"] * (2 * M405["d"] * M405["H"] * M405["h"] + 2 * M405["d"] * M405["K"]
+                               * M405["h"]) / n_params(**M405), "attention share")]
+HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N D")]
+HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
+HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
+HINTS["4.7"] = [(RIGHT["4.7"] * 8, "key/value heads"), (RIGHT["4.7"] / 2, "both keys and values"),
+                (RIGHT["4.7"] * 2, "fp32"), (RIGHT["4.7"] / 80, "one layer"),
+                (RIGHT["4.7"] * 1.01, "off by more than 0.1%")]
+HINTS["4.8"] += [(math.floor(8 * HBM / PER_SEQ), "weights take their share"),
+                 (RIGHT["4.8"] + 1, "round down"),
+                 (math.floor((8 * HBM - WEIGHTS70) / (PER_SEQ * 8)), "n_kv_heads")]
+HINTS["4.10"] += [(1 / RIGHT["4.10"], "upside down")]
+
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, ... not attempted, malformed answers answered: tests/exercise_harness.py.
-globals().update(standard_tests(4, RIGHT, WRONG, HINTS))
+# Every hint of every numeric exercise is reached by a built mistake (all_hints).
+globals().update(standard_tests(4, RIGHT, WRONG, HINTS, all_hints=True))
+
+
+def test_4_8_one_too_many_and_the_nominal_count_share_a_hint_that_names_both():
+    assert NOMINAL == RIGHT["4.8"] + 1      # the two slips give the same batch
+    msg = evaluate("4.8", NOMINAL).message
+    assert "num_params" in msg and "round down" in msg
+
+
+def test_4_9_one_hint_names_both_12_byte_slips():
+    msg = evaluate("4.9", 12 * N70).message
+    assert "master copy" in msg and "moments" in msg
+    assert "GiB" not in evaluate("4.9", float(f"{16 * N70:.1e}")).message
 
 
 def test_at_least_ten_exercises():
@@ -153,6 +195,28 @@ def test_4_11_code():
     assert wrong("4.11", no_values) and "factor 2" in evaluate("4.11", no_values).message
     assert wrong("4.11", bf16_only)
     assert evaluate("4.11", stub).status == "not attempted"
+
+
+def _kv(factor=2, batch=True, bpe=True, fixed_bpe=None, scale=1):
+    def kv_cache_bytes(n_layers, n_kv_heads, head_dim, b, context, bytes_per_element):
+        s = fixed_bpe if fixed_bpe is not None else (bytes_per_element if bpe else 1)
+        return scale * factor * n_layers * n_kv_heads * head_dim * (b if batch else 1) * context * s
+    return kv_cache_bytes
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("keys only", _kv(factor=1), "factor 2"),
+    ("no batch", _kv(batch=False), "batch"),
+    ("no bytes per element", _kv(bpe=False), "multiply by bytes_per_element"),
+    ("always 2 bytes", _kv(fixed_bpe=2), "not 2 bytes"),
+    ("in GiB", _kv(scale=1 / 2**30), "units"),
+    ("bits", _kv(scale=8), "bits vs bytes"),
+])
+def test_4_11_each_mistake_gets_its_own_hint(mistake, answer, words):
+    r = evaluate("4.11", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)
+    if words != "factor 2":
+        assert "factor 2" not in r.message, (mistake, r)
 
 
 def test_4_12_code():

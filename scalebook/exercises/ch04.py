@@ -182,12 +182,13 @@ register(NumericExercise(
     reference=_max_batch,
     hints=[
         (lambda a: a == _max_batch(include_weights=False), "the bf16 weights take their share of HBM first."),
+        # The nominal 70B and one too many both give 186, so this hint names both (a separate
+        # "one too many" hint could never be reached; tests/test_exercises_ch04.py checks it).
         (lambda a: a == _max_batch(n_params=70e9),
          "use the exact parameter count (num_params()), not the nominal 70B, and round down: "
          "a partial sequence does not fit."),
         (lambda a: a == _max_batch(hbm_bytes=get_chip("gpu-h100").hbm_bytes / 1e9 * 2**30),
          "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
-        (lambda a: a == _max_batch() + 1, "one too many: round down, a partial sequence does not fit."),
         (lambda a: a == _max_batch(kv_per_token=_kv_70b() * _m("llama3-70b").group_size),
          "the cache holds n_kv_heads key/value heads per layer, not n_heads."),
     ],
@@ -203,9 +204,12 @@ register(NumericExercise(
     id="4.9", title="Memory to train 70B with Adam", unit="bytes", rtol=0.02,
     reference=_train_mem_70b,
     hints=[
+        # Leaving out the master copy and keeping one Adam moment both give 12 bytes per
+        # parameter: one hint names both.
+        (lambda a: _close(a, _train_mem_70b(master_bytes=0)),
+         "12 bytes per parameter: you left out either the fp32 master copy of the weights "
+         "(4 bytes) or one of Adam's two moments (m and v, 4 bytes each)."),
         (lambda a: _close(a, _train_mem_70b(grad_bytes=0)), "you left out the bf16 gradients."),
-        (lambda a: _close(a, _train_mem_70b(master_bytes=0)), "you left out the fp32 master copy of the weights."),
-        (lambda a: _close(a, _train_mem_70b(optimizer_bytes=4)), "Adam keeps two moments per parameter (m and v), 4 bytes each."),
         (lambda a: _close(a, _train_mem_70b(grad_bytes=4)), "the gradients are bf16 here (2 bytes), not fp32."),
         (lambda a: _close(a, _m("llama3-70b").weight_bytes(2)), "that is only the bf16 weights."),
     ],
@@ -245,23 +249,36 @@ register(NumericExercise(
 
 
 # 4.11 -----------------------------------------------------------------------------------
+def _is(got, value):
+    g = as_number(got)
+    return g is not None and _close(g, value, 1e-9)
+
+
 def _kv_ref(n_layers, n_kv_heads, head_dim, batch, context, bytes_per_element):
     c = TransformerConfig("x", n_layers=n_layers, d_model=64, n_heads=n_kv_heads, n_kv_heads=n_kv_heads,
                           head_dim=head_dim, d_ff=64, vocab_size=64)
     return c.kv_cache_bytes(batch, context, bytes_per_element)
 
 
-_CASES_11 = [(80, 8, 128, 1, 8192, 2), (32, 8, 128, 16, 4096, 2), (126, 8, 128, 4, 131072, 1),
-             (2, 1, 64, 3, 100, 4), (12, 12, 64, 8, 1024, 2)]
+# The first two cases tell the mistakes apart. The first (batch 3, 1 byte per element)
+# separates leaving out the values (1/2), the batch (1/3) and 2 bytes written for every
+# element (x2); the second (batch 5, 4 bytes) catches leaving out bytes_per_element (1/4),
+# which the first cannot see. With the old first case (batch 1, 2 bytes) a missing
+# bytes_per_element was told "factor 2 for K and V" and a missing batch passed it.
+_CASES_11 = [(126, 8, 128, 3, 131072, 1), (2, 1, 64, 5, 100, 4), (80, 8, 128, 1, 8192, 2),
+             (32, 8, 128, 16, 4096, 2), (12, 12, 64, 8, 1024, 2)]
 
 register(CodeExercise(
     id="4.11", title="KV cache size, in code", reference=_kv_ref, cases=_CASES_11, rtol=1e-9,
+    unit="bytes",
     describe=lambda L, K, h, B, S, s: f"n_layers={L}, n_kv_heads={K}, head_dim={h}, batch={B}, "
                                       f"context={S}, bytes_per_element={s}",
     hints=[
-        (lambda got, want, args: _close(as_number(got), want / 2, 1e-9), "keys AND values: a factor 2."),
-        (lambda got, want, args: _close(as_number(got), want / args[3], 1e-9), "multiply by the batch."),
-        (lambda got, want, args: _close(as_number(got), want / args[5], 1e-9), "multiply by bytes_per_element."),
+        (lambda got, want, args: _is(got, want / 2), "keys AND values: a factor 2."),
+        (lambda got, want, args: _is(got, want / args[3]), "multiply by the batch."),
+        (lambda got, want, args: _is(got, want / args[5]), "multiply by bytes_per_element."),
+        (lambda got, want, args: _is(got, want / args[5] * 2),
+         "use bytes_per_element, not 2 bytes for every element."),
     ],
 ))
 
@@ -284,7 +301,7 @@ _CASES_12 = [(32, 4096, 32, 8, 128, 14336, 128256, False),
 
 register(CodeExercise(
     id="4.12", title="Parameter count, in code", reference=_params_ref, cases=_CASES_12,
-    compare=lambda got, want: as_number(got) == want,
+    compare=lambda got, want: as_number(got) == want, unit="parameters",
     describe=lambda L, d, H, K, h, F, V, t: f"L={L}, d={d}, H={H}, K={K}, h={h}, F={F}, V={V}, tied={t}",
     hints=[
         (lambda got, want, args: as_number(got) == want - _norms(args),
