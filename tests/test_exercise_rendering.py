@@ -72,3 +72,16 @@ def test_notebook_json_is_rewritten_only_where_there_are_exercise_cells():
     assert out["cells"][1]["source"] == "### Exercise 2.4 · not markdown"
     plain = json.dumps({"cells": [{"cell_type": "markdown", "source": "hello"}]})
     assert exercise_cells.transform_notebook_json(plain) == plain
+
+
+HEADING = re.compile(r"^#{2,4} (Exercise|Solution) \d+\.\d+", re.M)
+
+
+@pytest.mark.parametrize("path", IPYNBS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_exercise_and_solution_heading_starts_its_own_cell(path):
+    """A heading in the middle of a cell (a missing ``+++`` in the MyST source) is not turned
+    into a box on the site, and the previous solution swallows the next one."""
+    for text in _markdown_cells(path):
+        for m in HEADING.finditer(text):
+            assert text[:m.start()].strip() == "", (
+                f"{m.group(0)!r} is not at the start of its cell: put +++ before it in the .md")
