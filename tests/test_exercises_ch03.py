@@ -59,17 +59,19 @@ WRONG = {
 }
 
 HINTS = {   # a typical mistake -> words its hint must contain
-    "3.1": [(W_UP / 16, "n - 1")],
-    "3.2": [(2 * RIGHT["3.2"], "one-way ring")],
-    "3.6": [(15 / 16 * A2A / (2 * W5e), "min(d, n - d)")],
+    "3.1": [(W_UP / 16, "n - 1"), (W_UP, "whole matrix"), (2 * RIGHT["3.1"], "2 bytes")],
+    "3.2": [(2 * RIGHT["3.2"], "one-way ring"), (RIGHT["3.2"] / 2, "reduce-scatter and then")],
+    # one way round a ring: a block for d steps away crosses d links (sum: n (n - 1) / 2)
+    "3.6": [(15 / 16 * A2A / (2 * W5e), "min(d, n - d)"), (A2A * 15 / 2 / W5e, "one-way ring")],
+    "3.7": [(2 * RIGHT["3.7"], "one-way ring"), (16 / 15 * RIGHT["3.7"], "(n - 1) / n")],
     "3.8": [(3 * RIGHT["3.8"], "three"), (2 * RIGHT["3.8"], "all-reduce"),
             (63 / 64 * LAYER / (2 * W5p * 3), "70B")],
-    "3.9": [(3 * RIGHT["3.9"], "three matmuls")],
+    "3.9": [(3 * RIGHT["3.9"], "three matmuls"), (1.5 * RIGHT["3.9"], "gated")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, ... not attempted, malformed answers answered: tests/exercise_harness.py.
-globals().update(standard_tests(3, RIGHT, WRONG, HINTS))
+globals().update(standard_tests(3, RIGHT, WRONG, HINTS, all_hints=True))
 
 
 def test_chapter_has_its_twelve_exercises():
