@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from .errors import UnknownNameError
 from .units import GiB, MiB
 
-__all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table"]
+__all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table",
+           "SCALING_BOOK_DIFFERENCES"]
 
 # Short keys for the sources cited below; the full references are in book/references.md.
 SOURCES = {
@@ -321,3 +322,21 @@ def spec_table(chips=None, columns=None) -> list[dict]:
         if c not in valid:
             raise ValueError(f"unknown column {c!r}; choose from {sorted(valid)}")
     return [{"chip": chip.name, **{c: getattr(chip, c) for c in columns}} for chip in chips]
+
+
+# Where this book's figures differ from the widely quoted table of "How to Scale Your Model"
+# (Austin et al., 2025, TPU chapter; its earlier version, the one most often quoted): (chip,
+# attribute, their value, why ours is chosen). book/hardware.md shows them beside ours;
+# tests/test_hardware_pinned.py checks that each still differs and that ours is the stored one.
+SCALING_BOOK_DIFFERENCES = (
+    ("tpu-v5e", "ici_link_bandwidth", 4.5e10,
+     "Google's 400 GB/s both ways per chip over 4 ports, halved for one direction; the later "
+     "version of their table has the same 5e10"),
+    ("tpu-v5p", "ici_link_bandwidth", 9e10,
+     "Google's 1,200 GB/s both ways per chip over 6 ports, halved; their later version: 1e11"),
+    ("tpu-v6e", "ici_link_bandwidth", 9e10,
+     "Google's 800 GB/s both ways per chip over 4 ports, halved; their later version: 1e11"),
+    ("tpu-v5p", "hbm_bytes", 96e9,
+     "Google lists 95 GiB that a program can allocate (96 GiB physical); ours is the usable "
+     "amount, in the vendor's unit"),
+)
