@@ -17,6 +17,7 @@ Modules (chapter that derives them)::
                   sharded decode loop, speculative decoding (7)
   inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
   parallelism     training parallelism: DP, FSDP/ZeRO, TP, 2D, pipeline, experts, context (5)
+  serving         the serving planner: slice, batch, step time, tokens/s/chip, $/Mtok, Pareto (8)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
                   a LLaMA-3 layer in auto/explicit/manual mode (10)
@@ -76,6 +77,8 @@ Formula or task -> function::
   1D vs 2D weight-stationary MLP bytes            inference.weight_stationary_comm_bytes
   speculative decoding tokens/step, speed-up      inference.speculative_tokens_per_step / speculative_gain
   continuous vs static batching simulator         inference.simulate_serving (ServingStats)
+  serving plan: slice, batch, bound, cost          serving.plan_serving (ServingPlan)
+  candidate configs, Pareto front, cheapest       serving.candidate_plans / pareto_front / cheapest_plan
   sharded KV-cache decode on a mesh               llama.sharded_forward_with_cache / generate_greedy_sharded
   greedy speculative decoding with a draft        llama.speculative_generate / draft_from_layers
   DP / FSDP layer times, critical batch per chip  parallelism.dp_layer_times / fsdp_layer_times / data_parallel_critical_batch

@@ -1,0 +1,169 @@
+"""The serving planner (chapter 8): plans fit in memory, infeasible asks say why with
+numbers, the Pareto front is monotone, bad input fails clearly, and values agree with
+numbers worked by hand here (LLaMA-3 70B on TPU v5e, from the configs and spec sheets)."""
+
+import math
+import time
+
+import pytest
+
+from scalebook import serving
+from scalebook.hardware import get_chip
+from scalebook.serving import InfeasibleError
+
+MODELS = ["llama3-8b", "llama3-70b", "llama3-405b"]
+CHIPS = ["tpu-v5e", "tpu-v6e", "gpu-h100", "gpu-h200"]
+
+# Hand-worked figures for 70B (facts.md section 1.2): parameters, those in matmuls (all but
+# the embedding table and the norms), KV bytes per bf16 token 2 L H_kv h s.
+N_70B = 70_553_706_496
+N_MM_70B = N_70B - 128_256 * 8192 - (80 * 2 * 8192 + 8192)
+KV_70B = 2 * 80 * 8 * 128 * 2          # 327,680 B
+V5E_HBM, V5E_BW, V5E_C, V5E_PRICE = 16e9, 8.19e11, 1.97e14, 1.20
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return serving.candidate_plans(MODELS, CHIPS, context_len=4096, output_len=256)
+
+
+def test_70b_v5e_bf16_by_hand():
+    p = serving.plan_serving("llama3-70b", "tpu-v5e", "bf16", "bf16", context_len=8192,
+                             output_len=512, min_batch=32, prefill_mfu=0.5, hbm_fraction=0.9)
+    # 8 chips: 8 x 16e9 x 0.9 = 115 GB < 141 GB of weights; 16 chips: 230 GB.
+    assert p.n_chips == 16 and p.axes == (4, 4)
+    free = 16 * V5E_HBM * 0.9 - 2 * N_70B
+    per_seq = KV_70B * 8192
+    assert p.max_batch == int(free // per_seq) == 33
+    # 16 chips over 8 KV heads: 2 batch shards, so the batch is even: 32.
+    assert p.batch == 32 and (p.kv_head_shards, p.kv_batch_shards) == (8, 2)
+    t_mem = (2 * N_MM_70B + 32 * 8192 * KV_70B) / (16 * V5E_BW)
+    assert math.isclose(p.t_mem, t_mem, rel_tol=1e-9)
+    assert math.isclose(p.t_mem, 0.017163, rel_tol=1e-3)
+    assert p.bound == "memory" and p.step_time == p.t_mem
+    tps = 32 / t_mem / 16
+    assert math.isclose(p.tokens_per_s_per_chip, tps, rel_tol=1e-9)
+    assert math.isclose(p.requests_per_s_per_chip, tps / 512, rel_tol=1e-9)
+    assert math.isclose(p.cost_per_million, V5E_PRICE / 3600 / tps * 1e6, rel_tol=1e-9)
+    assert math.isclose(p.cost_per_million, 2.86, rel_tol=2e-3)
+    S = 8192 - 512
+    flops = S * (2 * N_MM_70B + 4 * 80 * 64 * 128 * (S + 1) / 2)
+    assert math.isclose(p.prefill_time, flops / (16 * V5E_C * 0.5), rel_tol=1e-9)
+    ratio = (tps / 512) / (V5E_C * 0.5 / flops)
+    assert math.isclose(p.prefill_decode_ratio, ratio, rel_tol=1e-9)
+    assert p.kv_bytes_per_token == KV_70B
+    text = str(p)
+    assert "16 x tpu-v5e" in text and "memory-bound" in text and "$2.86" in text
+
+
+def test_minimum_slices_by_hand():
+    # int8: 70.6 GB + 32 x 2.68 GB = 156 GB > 115 GB (8 chips): 16; int4: 35.3 + 85.9 = 121
+    # GB > 115 GB: still 16. With min_batch 8: int4 needs 35.3 + 21.5 = 56.8 GB <= 57.6 GB.
+    for wd, n in (("bf16", 16), ("int8", 16), ("int4", 16)):
+        assert serving.plan_serving("llama3-70b", "tpu-v5e", wd).n_chips == n
+    assert serving.plan_serving("llama3-70b", "tpu-v5e", "int4", min_batch=8).n_chips == 4
+    assert serving.plan_serving("llama3-70b", "tpu-v5e", "int4", min_batch=1,
+                                context_len=2048).n_chips == 4
+    # H100: 141 GB bf16 + 85.9 GB = 227 GB <= 4 x 80 x 0.9 = 288 GB
+    assert serving.plan_serving("llama3-70b", "gpu-h100", "bf16").n_chips == 4
+
+
+def test_every_plan_fits_memory(plans):
+    assert len(plans) > 100
+    for p in plans:
+        chip = get_chip(p.chip)
+        assert p.memory_bytes <= p.n_chips * chip.hbm_bytes * 0.9 * (1 + 1e-12)
+        assert p.memory_per_chip <= chip.hbm_bytes
+        assert p.batch <= p.max_batch
+        assert p.batch % (p.kv_batch_shards * p.pipeline_stages) == 0
+
+
+def test_gpu_pipeline_across_nodes():
+    p = serving.plan_serving("llama3-405b", "gpu-h100", "bf16", context_len=4096)
+    # 812 GB of weights > 8 x 72 GB: two nodes, TP 8 inside and 2 pipeline stages.
+    assert p.n_chips == 16 and p.pipeline_stages == 2 and "pipeline" in p.sharding
+    assert p.n_chips * 80e9 * 0.9 >= p.memory_bytes
+
+
+def test_search_is_fast():
+    t = time.perf_counter()
+    serving.candidate_plans(MODELS, CHIPS)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_pareto_front_monotone(plans):
+    front = serving.pareto_front(plans)
+    assert len(front) >= 3
+    for a, b in zip(front, front[1:]):
+        assert b.step_time >= a.step_time and b.tokens_per_s_per_chip > a.tokens_per_s_per_chip
+    for p in plans:              # nothing beats a front point on both axes
+        for f in front:
+            assert not (p.step_time < f.step_time
+                        and p.tokens_per_s_per_chip > f.tokens_per_s_per_chip)
+
+
+def test_cheapest_plan(plans):
+    for target in (0.005, 0.01, 0.03):
+        best = serving.cheapest_plan(plans, target)
+        ok = [p for p in plans if p.step_time <= target and p.cost_per_million is not None]
+        assert best.step_time <= target
+        assert best.cost_per_million == min(p.cost_per_million for p in ok)
+    b = serving.cheapest_plan(plans, 0.02, by="chip_hours")
+    assert b.chip_hours_per_million == min(p.chip_hours_per_million for p in plans
+                                           if p.step_time <= 0.02)
+
+
+def test_latency_target_below_bound():
+    plans = serving.candidate_plans("llama3-70b", "tpu-v5e")
+    with pytest.raises(InfeasibleError, match=r"no plan reaches 100 µs per token: the fastest"):
+        serving.cheapest_plan(plans, 1e-4)
+    with pytest.raises(InfeasibleError, match=r"below the bound.*16 x tpu-v5e.*reading the "
+                                              r"weights alone takes 10.8 ms"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", latency_target=0.005)
+    p = serving.plan_serving("llama3-70b", "tpu-v5e", latency_target=0.015)
+    assert p.step_time <= 0.015
+    bigger = serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=16, batch=p.batch + 2)
+    assert bigger.step_time > 0.015
+
+
+def test_does_not_fit_any_slice():
+    with pytest.raises(InfeasibleError, match=r"does not fit any slice of tpu-v5e up to 16 "
+                                              r"chips: 812 GB of weights"):
+        serving.plan_serving("llama3-405b", "tpu-v5e", max_chips=16)
+    with pytest.raises(InfeasibleError, match=r"at most 33 fit"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=16, batch=40)
+    with pytest.raises(InfeasibleError, match="do not fit"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=4)
+
+
+def test_no_price_is_said():
+    p = serving.plan_serving("llama3-70b", "tpu-v6e")
+    assert get_chip("tpu-v6e").price_per_hour is None
+    assert p.cost_per_million is None and p.cost_per_million_with_prefill is None
+    assert "no listed price" in str(p) and p.chip_hours_per_million > 0
+    with pytest.raises(ValueError, match="no listed price|by='chip_hours'"):
+        serving.cheapest_plan([p], 0.1)
+
+
+def test_modified_chip():
+    fast = get_chip("tpu-v5e").with_(hbm_bandwidth=2 * 8.19e11)
+    a = serving.plan_serving("llama3-70b", "tpu-v5e")
+    b = serving.plan_serving("llama3-70b", fast)
+    assert math.isclose(b.t_mem, a.t_mem / 2, rel_tol=1e-9)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match=r"int3.*known: f32, bf16, fp16, fp8, int8, int4"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", "int3")
+    with pytest.raises(ValueError, match=r"kv_dtype='fp9'.*known"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", kv_dtype="fp9")
+    with pytest.raises(KeyError, match=r"unknown chip 'tpu-v9'; known chips: tpu-v4"):
+        serving.plan_serving("llama3-70b", "tpu-v9")
+    with pytest.raises(KeyError, match="unknown model"):
+        serving.plan_serving("llama3-13b", "tpu-v5e")
+    for kw in (dict(context_len=0), dict(prefill_mfu=1.5), dict(hbm_fraction=0),
+               dict(output_len=9000), dict(batch=33, n_chips=16), dict(latency_target=-1)):
+        with pytest.raises(ValueError):
+            serving.plan_serving("llama3-70b", "tpu-v5e", **kw)
+    with pytest.raises(ValueError, match="latency_target"):
+        serving.cheapest_plan(serving.candidate_plans("llama3-8b", "tpu-v5e"), "fast")
