@@ -300,6 +300,11 @@ def _scalebook_grader_collect(spec, path, call_limit):
                     _signal.setitimer(_signal.ITIMER_REAL, 0)
                     _signal.signal(_signal.SIGALRM, old)
             rec["calls"] = calls
+            try:          # a body still ``...`` is not attempted; one with no return is wrong
+                from scalebook.exercises.kinds import is_stub as _is_stub
+                rec["stub"] = bool(_is_stub(value))
+            except Exception:
+                pass
         elif item["how"] == "kernel":
             from scalebook.exercises import evaluate as _evaluate
             r = _evaluate(item["id"], value)
@@ -515,8 +520,9 @@ def decode(x):
     return _Opaque(type(x).__name__, repr(x)[:60])
 
 
-def _replay(calls: list, cases: list):
-    """A stand-in for the student's function: returns (or raises) what it did in the kernel."""
+def _replay(calls: list, cases: list, stub: bool = False):
+    """A stand-in for the student's function: returns (or raises) what it did in the kernel.
+    ``stub``: the student's function was the template's (its body still ``...``)."""
     table = {json.dumps(list(c)): r for c, r in zip(cases, calls)}
 
     def fn(*args):
@@ -528,6 +534,7 @@ def _replay(calls: list, cases: list):
             raise type(str(name)[:60] or "Exception", (Exception,), {})(message)
         return decode(rec.get("value"))
 
+    fn.scalebook_stub = bool(stub)         # read by scalebook.exercises.kinds.is_stub
     return fn
 
 
@@ -567,7 +574,8 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                 result = Result(item.id, str(status), f"{message} (checked in your kernel)")
             elif "calls" in rec:
                 how, cases = _how(item.id)
-                result = evaluate(item.id, _replay(rec["calls"], cases), variant=variant)
+                result = evaluate(item.id, _replay(rec["calls"], cases, rec.get("stub", False)),
+                                  variant=variant)
             else:
                 result = evaluate(item.id, decode(rec.get("value")), variant=variant)
         if result.status not in ("correct", "wrong", "not attempted"):

@@ -215,3 +215,13 @@ def test_an_answer_rounded_too_far_is_told_so():
     assert "2 significant figures" in r.message and "GiB" not in r.message, r
     assert "GiB" in ex.evaluate(1.1288e12 / 1.024).message   # a real GiB slip still is one
     assert "1 significant figure" in ex.evaluate(1e12).message
+
+
+def test_the_graders_stand_in_keeps_a_stub_apart_from_a_missing_return():
+    from scalebook import grade
+    from scalebook.exercises import get_exercise
+    cases = [list(c) for c in get_exercise("1.10").cases]
+    calls = [{"value": None} for _ in cases]
+    assert evaluate("1.10", grade._replay(calls, cases, stub=True)).status == "not attempted"
+    r = evaluate("1.10", grade._replay(calls, cases, stub=False))
+    assert r.status == "wrong" and "no return" in r.message, r

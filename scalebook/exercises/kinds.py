@@ -90,7 +90,11 @@ def _rounded_hint(value: float, expected: float, rtol: float) -> str | None:
 def is_stub(fn) -> bool:
     """Whether a function's body does nothing but return None: the exercise template's
     ``...`` (or ``pass``, or a docstring alone). Such a function is *not attempted*; one
-    that does work but has no ``return`` is an answer with a mistake."""
+    that does work but has no ``return`` is an answer with a mistake. (The grader's stand-in
+    for a function run in a student's kernel says which it was: ``scalebook_stub``.)"""
+    marked = getattr(fn, "scalebook_stub", None)
+    if isinstance(marked, bool):
+        return marked
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None:
         return False
