@@ -314,13 +314,17 @@ def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, network_kind: s
     torus axes (s C / (2 W) on a one-way ring, e.g. a GPU's NVLink or the DCN).
 
     ``n`` is the number of chips over the data axes (default: the large-n limit, where
-    (n-1)/n -> 1). D and F cancel, so no model is needed."""
+    (n-1)/n -> 1); on axes of 2 chips each axis has one link, so the torus's factor 2 is
+    lost (n = 2: 1/2 s C / (2 W), not 1/2 s C / (4 W)). D and F cancel, so no model is
+    needed."""
     c = _chip(chip)
     k = _int("axes (torus axes the data axis spans)", axes)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
     frac = 1.0 if n is None else (lambda m: (m - 1) / m)(_int("n", n, minimum=2))
     directions = 2 if net.topology == "torus" else 1
+    if n is not None and directions == 2 and round(n ** (1 / k)) <= 2:
+        directions = 1               # an axis of 2 chips has one link: nothing to split
     # all-reduce of s bytes per weight element (2 (n-1)/n s / (directions W k)) against the
     # backward's 4 FLOPs per weight element per token.
     return 2 * frac * s / (directions * net.bandwidth * k) / (4 / c.bf16_flops)
@@ -462,7 +466,8 @@ def optimal_fsdp_degree(B: float, n_chips: int, F: int) -> float:
 def fsdp_tp_critical_batch(F: int, chip, *, network_kind: str = "ici",
                            bytes_per_element: float = 2) -> float:
     """Tokens per chip above which FSDP x TP at its optimal split is compute-bound (large-n
-    limit, forward pass; the backward has the same ratio):
+    limit, forward pass, the harder one: the backward doubles the FLOPs and the weight
+    collectives but not the TP collectives, so its ratio is lower):
 
     comm / compute = (s C / (2 W_eff)) (X / B + Y / F), least at X = sqrt(B N / F), where it
     is (s C / W_eff) sqrt(N / (B F)); so b* = B / N = (s C / W_eff)^2 / F, with W_eff = 2W on
@@ -477,8 +482,14 @@ def fsdp_tp_critical_batch(F: int, chip, *, network_kind: str = "ici",
 
 
 def best_2d_split(B: float, D: int, F: int, n_chips: int, chip, **kw) -> TwoDPlan:
-    """The (n_fsdp, n_tp) with n_fsdp n_tp = n_chips (n_tp dividing F) of least
-    communication time per layer, by trying every divisor pair."""
+    """The (n_fsdp, n_tp) with n_fsdp n_tp = n_chips (n_tp dividing F) whose worse pass has
+    the least communication per FLOP (:attr:`LayerTimes.ratio`), by trying every divisor
+    pair; ties go to the least communication per step.
+
+    The worse pass, not the whole step: a step is compute-bound only when each pass hides
+    its own collectives, and a split with less communication per step can still make its
+    forward pass wait (the TP collectives are as large there as in the backward, behind
+    half the FLOPs). ``n_tp = 1`` is pure FSDP, so the result is never worse than it."""
     N = _int("n_chips", n_chips)
     F = _int("F", F)
     best = None
@@ -486,7 +497,7 @@ def best_2d_split(B: float, D: int, F: int, n_chips: int, chip, **kw) -> TwoDPla
         if N % Y or F % Y:
             continue
         t = fsdp_tp_layer_times(B, D, F, N // Y, Y, chip, **kw)
-        if best is None or t.comm < best.times.comm:
+        if best is None or (t.ratio, t.comm) < (best.times.ratio, best.times.comm):
             best = TwoDPlan(N // Y, Y, t)
     return best                                  # n_tp = 1 always divides
 

@@ -53,9 +53,11 @@ def test_dp_critical_batch_on_a_ring_network():
                  2 * h100.bf16_flops / (2 * h100.dcn_bandwidth))
 
 
-def test_dp_and_fsdp_times_cross_at_the_critical_batch():
-    n = 8
+@pytest.mark.parametrize("n", [2, 8])
+def test_dp_and_fsdp_times_cross_at_the_critical_batch(n):
+    # n = 2: an axis of 2 chips has one link, so the threshold is not halved by the torus
     b_star = par.data_parallel_critical_batch(v5p, n)
+    assert n > 2 or close(b_star, 0.5 * 2 * C5p / (2 * W5p))     # (n-1)/n s C / (2 W)
     for fn in (par.dp_layer_times, par.fsdp_layer_times):
         t = fn(512, 2048, b_star, n, v5p)
         assert close(t.comm_backward, t.compute_backward, 1e-9)
@@ -167,10 +169,20 @@ def test_optimal_degree_and_critical_batch():
     assert math.isclose(exact, (2 * C5p / (4 * W5p)) * (512 / B + 8 / F), rel_tol=0.15)
 
 
-def test_best_2d_split_beats_pure_fsdp():
+def test_best_2d_split_minimises_the_worse_pass():
+    for B in (2 ** 21, 2 ** 19, 2 ** 17):
+        plan = par.best_2d_split(B, 8192, 28672, 256, v5p)
+        assert plan.n_fsdp * plan.n_tp == 256
+        every = [par.fsdp_tp_layer_times(B, 8192, 28672, 256 // Y, Y, v5p)
+                 for Y in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+        assert plan.times.ratio == min(t.ratio for t in every)   # never worse than any split
+    # at 2^21 tokens a split with less communication per step (Y = 4) makes its forward
+    # pass wait longer than pure FSDP's; the worse pass decides, so pure FSDP is chosen
     plan = par.best_2d_split(2 ** 21, 8192, 28672, 256, v5p)
     pure = par.fsdp_tp_layer_times(2 ** 21, 8192, 28672, 256, 1, v5p)
-    assert plan.n_fsdp * plan.n_tp == 256 and plan.times.comm <= pure.comm
+    y4 = par.fsdp_tp_layer_times(2 ** 21, 8192, 28672, 64, 4, v5p)
+    assert y4.comm < pure.comm and y4.ratio > pure.ratio and plan.n_tp == 1
+    assert par.best_2d_split(2 ** 19, 8192, 28672, 256, v5p).n_tp == 4
     assert par.best_2d_split(1024, 64, 7, 5, v5p).n_tp == 1      # only 1 divides F = 7
 
 
