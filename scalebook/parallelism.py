@@ -659,12 +659,19 @@ def tokens_dropped(expert_counts, capacity: int) -> int:
     return total
 
 
-def moe_critical_batch(D: int, F: int, n_experts: int, k: int, chip, **kw) -> int:
+def moe_critical_batch(D: int, F: int, n_experts: int, k: int, chip, *, n_ep: int = 1,
+                       **kw) -> int:
     """Tokens per chip (all experts' tokens together) for which each expert's matmul is
-    compute-bound on HBM: each expert sees k/E of the tokens, so E/k times the dense
-    critical batch :func:`scalebook.roofline.critical_batch`."""
+    compute-bound on HBM (:func:`scalebook.roofline.critical_batch`, b*).
+
+    Each expert sees k/E of the tokens routed by the chips that share one copy of the
+    experts. With all E experts on one chip (``n_ep`` = 1) that chip needs E/k x b*; with
+    the experts split over ``n_ep`` chips, an expert collects the tokens of all of them, so
+    each chip needs E / (k n_ep) x b* (rounded up)."""
     E, k = _moe(n_experts, k)
-    return math.ceil(E / k * _rl.critical_batch(D, F, chip, **kw))
+    n = _int("n_ep", n_ep)
+    check_divides("n_experts", E, n, "expert-parallel chips")
+    return math.ceil(E / (k * n) * _rl.critical_batch(D, F, chip, **kw))
 
 
 def moe_all_to_all_bytes(tokens_per_chip: float, D: int, k: int, n_ep: int,

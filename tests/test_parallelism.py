@@ -338,3 +338,13 @@ def test_bad_input_is_refused_by_name(call, word):
     with pytest.raises((ValueError, TypeError, KeyError)) as e:
         call()
     assert word in str(e.value)
+
+
+def test_moe_critical_batch_with_the_experts_split():
+    # an expert split over n_ep chips collects the tokens of all of them: E / (k n_ep) b*
+    from scalebook import roofline
+    dense = roofline.critical_batch(4096, 14336, v5p)
+    assert par.moe_critical_batch(4096, 14336, 8, 2, v5p) == math.ceil(4 * dense)
+    assert par.moe_critical_batch(4096, 14336, 8, 2, v5p, n_ep=8) == math.ceil(dense / 2)
+    with pytest.raises(ValueError, match="does not divide"):
+        par.moe_critical_batch(4096, 14336, 8, 2, v5p, n_ep=3)
