@@ -190,3 +190,14 @@ def test_code_1_10():
     assert evaluate("1.10", lambda *a: first).status == "wrong"
     assert evaluate("1.10", lambda *a: None).status == "not attempted"
     assert evaluate("1.10", "310").status == "wrong"
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("B = I*", lambda D, F, chip: math.ceil(get_chip(chip).critical_intensity), "keeps only the weight bytes"),
+    ("round()", rounded_batch, "round()"),
+    ("exact bound, not rounded", lambda D, F, chip: good_batch(D, F, chip) - 0.5, "whole number"),
+    ("in thousands", lambda D, F, chip: good_batch(D, F, chip) * 1e3, "units"),
+])
+def test_code_1_10_each_hint_is_reached(mistake, answer, words):
+    r = evaluate("1.10", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)

@@ -165,3 +165,13 @@ def test_2_4():
     first_only = lambda src, dst, shape: (min(abs(src[0] - dst[0]), shape[0] - abs(src[0] - dst[0]))
                                           + sum(abs(a - b) for a, b in zip(src[1:], dst[1:])))
     assert status("2.4", first_only) == "wrong"
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("no wraparound", lambda src, dst, shape: sum(abs(a - b) for a, b in zip(src, dst)), "wraparound"),
+    ("axes at once", lambda src, dst, shape: max(min(abs(a - b), n - abs(a - b))
+                                                 for a, b, n in zip(src, dst, shape)), "add up"),
+])
+def test_2_4_each_hint_is_reached(mistake, answer, words):
+    r = evaluate("2.4", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)

@@ -236,3 +236,25 @@ def test_4_12_code():
     assert "RMSNorm" in evaluate("4.12", no_norms).message
     assert "tied" in evaluate("4.12", always_untied).message
     assert "need not equal" in evaluate("4.12", square_q).message
+
+
+def _p(L, d, H, K, h, F, V, tied, norms=True, kv_heads=None, q_dim=None, head=None):
+    kv = K if kv_heads is None else kv_heads
+    q = H * h if q_dim is None else q_dim
+    per_layer = 2 * d * q + 2 * d * kv * h + 3 * d * F + (2 * d if norms else 0)
+    untied = (not tied) if head is None else head
+    return V * d + L * per_layer + (d if norms else 0) + (V * d if untied else 0)
+
+
+@pytest.mark.parametrize("mistake,answer,words", [
+    ("no norms", lambda *a: _p(*a, norms=False), "RMSNorm"),
+    ("no output head", lambda *a: _p(*a, head=False), "untied: the output head"),
+    ("head counted when tied", lambda *a: _p(*a, head=True), "tied: the output head reuses"),
+    ("MHA k and v", lambda L, d, H, K, h, F, V, t: _p(L, d, H, K, h, F, V, t, kv_heads=H),
+     "n_kv_heads heads"),
+    ("q and o as d x d", lambda L, d, H, K, h, F, V, t: _p(L, d, H, K, h, F, V, t, q_dim=d),
+     "need not equal"),
+])
+def test_4_12_each_hint_is_reached(mistake, answer, words):
+    r = evaluate("4.12", answer)
+    assert r.status == "wrong" and words in r.message, (mistake, r)
