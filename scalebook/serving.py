@@ -181,27 +181,33 @@ class ServingPlan:
         return None if c is None else c * (1 + self.prefill_decode_ratio)
 
     @property
-    def sharding(self) -> str:
+    def weight_sharding(self) -> str:
         if self.pipeline_stages > 1:
-            w = (f"TP over {self.n_chips // self.pipeline_stages} GPUs (one NVLink node) x "
-                 f"{self.pipeline_stages} pipeline stages, {self.pipeline_stages} micro-batches")
-        else:
-            shape = "x".join(map(str, self.axes))
-            w = f"1D tensor parallel over {self.n_chips} chips ({shape})"
-        return (f"weights: {w}; KV cache: {self.kv_head_shards} head shards x "
-                f"{self.kv_batch_shards} batch shards")
+            return (f"TP over {self.n_chips // self.pipeline_stages} GPUs (one NVLink node) x "
+                    f"{self.pipeline_stages} pipeline stages, {self.pipeline_stages} "
+                    f"micro-batches")
+        return f"1D tensor parallel over {self.n_chips} chips ({'x'.join(map(str, self.axes))})"
+
+    @property
+    def kv_sharding(self) -> str:
+        return f"{self.kv_head_shards} head shards x {self.kv_batch_shards} batch shards"
+
+    @property
+    def sharding(self) -> str:
+        return f"weights: {self.weight_sharding}; KV cache: {self.kv_sharding}"
 
     def __str__(self) -> str:
         price = (f"${self.cost_per_million:.3g} per million output tokens "
                  f"(${self.cost_per_million_with_prefill:.3g} with prefill chips) at "
                  f"${self.price_per_hour:.3g}/chip-hour"
                  if self.price_per_hour is not None else
-                 f"no listed price for {self.chip} in scalebook.hardware: cost not given "
+                 f"no listed price for {self.chip}: none given "
                  f"({self.chip_hours_per_million:.3g} chip-hours per million tokens)")
         lines = [
             f"{self.model} on {self.n_chips} x {self.chip}, weights {self.weights_dtype}, "
             f"KV {self.kv_dtype}, context {self.context_len}",
-            f"  sharding      {self.sharding}",
+            f"  weights       {self.weight_sharding}",
+            f"  KV cache      {self.kv_sharding}",
             f"  memory        {fmt_bytes(self.weight_bytes)} weights + "
             f"{fmt_bytes(self.kv_bytes)} KV = {fmt_bytes(self.memory_per_chip)}/chip of "
             f"{fmt_bytes(self.hbm_bytes / self.n_chips)}",

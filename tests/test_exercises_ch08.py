@@ -1,0 +1,222 @@
+"""Chapter 8's exercise checks accept right answers, reject typical wrong ones, never raise.
+
+The right answers here are worked by hand from the LLaMA-3 shapes (shared/reference/facts.md)
+and the hardware table, not taken from scalebook/exercises/ch08.py or scalebook.serving.
+Code answers run on several models, chips and targets, so a function right on one only is
+rejected."""
+
+import math
+
+from exercise_harness import standard_tests
+from scalebook import serving
+from scalebook.exercises import evaluate
+from scalebook.hardware import get_chip
+
+M8 = dict(L=32, d=4096, H=32, K=8, h=128, F=14336, V=128256)
+M70 = dict(L=80, d=8192, H=64, K=8, h=128, F=28672, V=128256)
+M405 = dict(L=126, d=16384, H=128, K=8, h=128, F=53248, V=128256)
+MODELS = {"llama3-8b": M8, "llama3-70b": M70, "llama3-405b": M405}
+V5E, H100 = get_chip("tpu-v5e"), get_chip("gpu-h100")
+BYTES = {"bf16": 2, "int8": 1, "int4": 0.5}
+
+
+def n_params(L, d, H, K, h, F, V):
+    return 2 * V * d + L * (2 * d * H * h + 2 * d * K * h + 3 * d * F + 2 * d) + d
+
+
+def matmul_params(L, d, H, K, h, F, V):
+    return L * (2 * d * H * h + 2 * d * K * h + 3 * d * F) + V * d
+
+
+def kv_per_token(m, s=2, heads=None, kv=2):
+    return kv * m["L"] * (m["K"] if heads is None else heads) * m["h"] * s
+
+
+def pow2(x):
+    return 2 ** math.ceil(math.log2(x))
+
+
+def message(i, a):
+    return evaluate(i, a).message
+
+
+# 8.1  (N x 1 + 32 x 8192 x KV) / (0.9 x 16e9), rounded up to a power of two
+NEED_1 = n_params(**M70) + 32 * 8192 * kv_per_token(M70)
+SLICE_1 = pow2(NEED_1 / (0.9 * 16e9))                       # 10.9 -> 16
+SLICE_1_NO_KV = pow2(n_params(**M70) / (0.9 * 16e9))          # 4.9 -> 8
+SLICE_1_EXACT = math.ceil(NEED_1 / (0.9 * 16e9))              # 11
+
+# 8.2  2 x 126 x 8 x 128 x 1
+KV_2 = 2 * 126 * 8 * 128
+
+# 8.3  (N_mm x 0.5 + 64 x 8192 x KV) / (16 W), 8.4 64 / (t 16), 8.5 1.20 / 3600 / r x 1e6
+N70 = matmul_params(**M70)
+T_3 = (N70 * 0.5 + 64 * 8192 * kv_per_token(M70)) / (16 * V5E.hbm_bandwidth)
+T_3_BF16 = (N70 * 2 + 64 * 8192 * kv_per_token(M70)) / (16 * V5E.hbm_bandwidth)
+T_3_NO_KV = N70 * 0.5 / (16 * V5E.hbm_bandwidth)
+TPS_4 = 64 / T_3 / 16
+COST_5 = 1.20 / 3600 / TPS_4 * 1e6
+
+# 8.6  (TPS_4 / 256) / (0.5 C / (S (2 N_mm + 4 L H h (S + 1) / 2))), S = 4096
+S6 = 4096
+FLOPS_6 = S6 * (2 * N70 + 4 * 80 * 64 * 128 * (S6 + 1) / 2)
+RATIO_6 = (TPS_4 / 256) / (0.5 * 1.97e14 / FLOPS_6)
+
+# 8.7  8B on one H100 at 4096: B = floor((0.9 x 80e9 - 2 N) / (4096 KV)), then t_mem
+PER_SEQ_7 = 4096 * kv_per_token(M8)
+B_7 = math.floor((0.9 * 80e9 - 2 * n_params(**M8)) / PER_SEQ_7)
+T_7 = (2 * matmul_params(**M8) + B_7 * PER_SEQ_7) / H100.hbm_bandwidth
+B_7_FULL = math.floor((80e9 - 2 * n_params(**M8)) / PER_SEQ_7)
+T_7_FULL = (2 * matmul_params(**M8) + B_7_FULL * PER_SEQ_7) / H100.hbm_bandwidth
+T_7_WEIGHTS = 2 * matmul_params(**M8) / H100.hbm_bandwidth
+
+
+# 8.8  256 chips, batch 32: memory (N_mm 2 + 32 x 8192 KV) / (256 W) vs 2 L all-reduces,
+# each 2 (n-1)/n B D 2 bytes over 2 axes x 2 directions of W_ici, plus 2 x 2 x 15 hops of 1 µs
+def bound_8():
+    t_mem = (2 * N70 + 32 * 8192 * kv_per_token(M70)) / (256 * V5E.hbm_bandwidth)
+    t_math = 2 * N70 * 32 / (256 * V5E.bf16_flops)
+    ar = 2 * 255 / 256 * 32 * 8192 * 2 / (4 * V5E.ici_link_bandwidth) + 2 * 2 * 15 * 1e-6
+    t_comm = 2 * 80 * ar
+    times = {"memory": t_mem, "compute": t_math, "communication": t_comm}
+    return max(times, key=times.get)
+
+
+RIGHT = {
+    "8.1": SLICE_1, "8.2": KV_2, "8.3": T_3, "8.4": TPS_4, "8.5": COST_5, "8.6": RATIO_6,
+    "8.7": T_7, "8.8": bound_8(), "8.9": "rises",
+}
+WRONG = {
+    "8.1": [SLICE_1_NO_KV, SLICE_1_EXACT, 4, 32],
+    "8.2": [2 * KV_2, KV_2 / 2, 16 * KV_2, 1000 * KV_2],
+    "8.3": [T_3_BF16, T_3_NO_KV, 16 * T_3, 1e3 * T_3],
+    "8.4": [16 * TPS_4, TPS_4 / 64, TPS_4 / 1024],
+    "8.5": [16 * COST_5, 3600 * COST_5, COST_5 / 1e6],
+    "8.6": [RATIO_6 / 2, 1 / RATIO_6],
+    "8.7": [T_7_FULL, T_7_WEIGHTS, 1e3 * T_7],
+    "8.8": ["memory", "compute"],
+    "8.9": ["same", "falls"],
+}
+HINTS = {
+    "8.1": [(SLICE_1_NO_KV, "32 caches"), (4, "1 byte"), (SLICE_1_EXACT, "powers of two")],
+    "8.2": [(2 * KV_2, "bf16 cache"), (KV_2 / 2, "factor 2"), (16 * KV_2, "8 key/value")],
+    "8.3": [(T_3_BF16, "counted in bf16"), (T_3 * (N70 + 64 * 8192 * kv_per_token(M70))
+                                            / (N70 * 0.5 + 64 * 8192 * kv_per_token(M70)),
+                                            "not one"),
+            (T_3_NO_KV, "weights alone"), (16 * T_3, "16 chips")],
+    "8.4": [(16 * TPS_4, "whole slice"), (TPS_4 / 64, "64"), (TPS_4 / 1024, "one sequence")],
+    "8.5": [(16 * COST_5, "no factor 16"), (3600 * COST_5, "3600"),
+            (COST_5 / 1e6, "per token")],
+    "8.6": [(RATIO_6 / 2, "50% MFU"), (1 / RATIO_6, "upside down"),
+            (RATIO_6 * S6 * (2 * N70 + 4 * 80 * 64 * 128 * S6) / FLOPS_6, "causal")],
+    "8.7": [(T_7_FULL, "90%"), (T_7_WEIGHTS, "weights alone"),
+            ((2 * matmul_params(**M8) + PER_SEQ_7) / H100.hbm_bandwidth, "one sequence")],
+    "8.8": [("memory", "hop latency"), ("compute", "critical batch")],
+    "8.9": [("same", "less of it is weights"), ("falls", "more cache")],
+}
+
+globals().update(standard_tests(8, RIGHT, WRONG, HINTS, all_hints=True))
+
+
+# -- 8.10: the smallest slice --------------------------------------------------------------
+def min_slice(model, chip, weights_dtype, context, min_batch):
+    m, c = MODELS[model], get_chip(chip)
+    need = n_params(**m) * BYTES[weights_dtype] + min_batch * context * kv_per_token(m)
+    return max(1, pow2(need / (0.9 * c.hbm_bytes)))
+
+
+def test_8_10_right():
+    assert evaluate("8.10", min_slice).correct
+
+
+def test_8_10_hints():
+    def no_kv(model, chip, wd, T, B):
+        return pow2(n_params(**MODELS[model]) * BYTES[wd] / (0.9 * get_chip(chip).hbm_bytes))
+
+    def full_hbm(model, chip, wd, T, B):
+        m = MODELS[model]
+        need = n_params(**m) * BYTES[wd] + B * T * kv_per_token(m)
+        return pow2(need / get_chip(chip).hbm_bytes)
+
+    def exact(model, chip, wd, T, B):
+        m = MODELS[model]
+        need = n_params(**m) * BYTES[wd] + B * T * kv_per_token(m)
+        return math.ceil(need / (0.9 * get_chip(chip).hbm_bytes))
+
+    assert "next to them" in message("8.10", no_kv)
+    assert "90%" in message("8.10", full_hbm)
+    assert "powers of two" in message("8.10", exact)
+    assert "not yet" in message("8.10", lambda *a: 8)
+    assert "raised" in message("8.10", lambda *a: 1 / 0)
+
+
+# -- 8.11: the Pareto front ----------------------------------------------------------------
+def pareto(points):
+    keep = [p for p in points
+            if not any(q[0] <= p[0] and q[1] >= p[1] and q != p for q in points)]
+    return sorted(keep)
+
+
+def test_8_11_right():
+    assert evaluate("8.11", pareto).correct
+
+
+def test_8_11_hints():
+    assert "drop the ones" in message("8.11", lambda pts: sorted(pts))
+    assert "wrong order" in message("8.11", lambda pts: sorted(pareto(pts), reverse=True))
+
+    def lowest(pts):
+        out, best = [], math.inf
+        for lat, tps in sorted(pts):
+            if tps < best:
+                out.append((lat, tps))
+                best = tps
+        return out
+
+    assert "more throughput is better" in message("8.11", lowest)
+    assert "not yet" in message("8.11", lambda pts: pts[:1])
+
+
+# -- 8.12: the cheapest plan under a latency target ----------------------------------------
+def cheapest(plans, target):
+    best = None
+    for p in plans:
+        if p.step_time > target or p.price_per_hour is None:
+            continue
+        cost = p.price_per_hour / 3600 / (p.batch / p.step_time / p.n_chips) * 1e6
+        if best is None or cost < best[0]:
+            best = (cost, p)
+    return best[1]
+
+
+def test_8_12_right():
+    assert evaluate("8.12", cheapest).correct
+
+
+def test_8_12_hints():
+    def any_latency(plans, target):
+        return min((p for p in plans if p.price_per_hour), key=lambda p: p.cost_per_million)
+
+    def fastest(plans, target):
+        return min((p for p in plans if p.step_time <= target), key=lambda p: p.step_time)
+
+    def most(plans, target):
+        return max((p for p in plans if p.step_time <= target),
+                   key=lambda p: p.tokens_per_s_per_chip)
+
+    assert "misses the target" in message("8.12", any_latency)
+    assert "fastest plan" in message("8.12", fastest)
+    assert "cost_per_million" in message("8.12", most)
+    # leaving in the chips without a price: None < float raises, reported not raised
+    r = evaluate("8.12", lambda plans, t: min((p for p in plans if p.step_time <= t),
+                                              key=lambda p: p.cost_per_million))
+    assert r.status == "wrong" and "raised TypeError" in r.message
+
+
+def test_8_12_checks_several_models_and_chips():
+    from scalebook.exercises import get_exercise
+    cases = list(get_exercise("8.12").cases)
+    models = {plans[0].model for plans, _ in cases}
+    chips = {p.chip for plans, _ in cases for p in plans}
+    assert models == set(MODELS) and {"tpu-v5e", "gpu-h100", "tpu-v6e"} <= chips
+    assert all(isinstance(p, serving.ServingPlan) for p in cases[0][0])
