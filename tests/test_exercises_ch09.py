@@ -75,7 +75,7 @@ HINTS = {   # a typical mistake and words its hint must contain
             (80 * AR1, "80 layers"), (AR1 * 4 / 3, "2 (n - 1) / n"),
             (AR1 * (7 / 8) / (3 / 4), "4 chips")],
     "9.2": [(100 * RIGHT["9.2"], "percentage"), (comm2 / on2, "whole step")],
-    "9.3": [("compute", "intensity"), ("communication", "sends nothing")],
+    "9.3": [("compute", "about B = 64 FLOPs per byte"), ("communication", "sends nothing")],
     "9.4": [(32 * 8 * 100 * 64 * 4, "without padding"), (32 * 8 * 100 * 128 * 4, "multiple of 8"),
             (32 * 8 * 104 * 64 * 4, "multiple of 128"), (32 * 8 * 104 * 128 * 2, "4 bytes")],
     # (32 * 8 * 104 * 64 * 4 == 32 * 8 * 104 * 128 * 2: one hint names both mistakes)
@@ -195,7 +195,7 @@ def test_9_5_malformed():
 # ------------------------------------------------------------------------------------------
 
 def n_fusions(text):
-    """Fusion instructions in ENTRY and in the computations its while loops run."""
+    """Fusion instructions in ENTRY and in the computations its while loops and conditionals run."""
     comps, current, entry = defaultdict(list), None, None
     for line in text.splitlines():
         m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
@@ -211,8 +211,12 @@ def n_fusions(text):
         for line in comps[comp]:
             if re.search(r"=\s*\S+\s+fusion\(", line):
                 count += 1
-            if re.search(r"\swhile\(", line):
-                for c in re.findall(r"(?:body|condition)=%?([\w.\-]+)", line):
+            if re.search(r"\s(while|conditional)\(", line):
+                names = re.findall(r"(?:body|condition|true_computation|false_computation)"
+                                   r"=%?([\w.\-]+)", line)
+                for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+                    names += [g.strip().lstrip("%") for g in group.split(",")]
+                for c in names:
                     if c not in seen:
                         seen.add(c)
                         todo.append(c)
@@ -226,10 +230,11 @@ def entry_only(text):
 
 def test_9_6_right_answer():
     r = evaluate("9.6", n_fusions)
-    assert r.correct and "4 test inputs" in r.message, r
+    assert r.correct and "5 test inputs" in r.message, r
 
 
-@pytest.mark.parametrize("fn,word", [(lambda t: t.count("fusion"), "instruction names"),
+@pytest.mark.parametrize("fn,word", [(lambda t: t.count(" fusion("), "a fusion calls"),
+                                     (lambda t: t.count("fusion"), "instruction names"),
                                      (lambda t: t.count("kind=kLoop"), "kCustom"),
                                      (entry_only, "while body")])
 def test_9_6_wrong_answers_with_hints(fn, word):

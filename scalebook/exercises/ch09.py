@@ -92,8 +92,9 @@ register(ChoiceExercise(
     id="9.3", title="A small microbatch", choices=("compute", "memory", "communication"),
     reference=_bound_93,
     hints={
-        "compute": "with T = 64 tokens the weights dominate the bytes and each weight byte "
-                   "serves only about T FLOPs / 2: compare that intensity with v5p's C / W_hbm.",
+        "compute": "with B = 64 tokens the weights dominate the bytes: 2 B D F FLOPs over "
+                   "about 2 D F bf16 weight bytes is about B = 64 FLOPs per byte; compare "
+                   "that intensity with v5p's C / W_hbm.",
         "memory": "memory-bound is right for this op.",
         "communication": "a matmul sends nothing over the links; the all-reduces are "
                          "separate ops after the row-split matmuls.",
@@ -259,6 +260,27 @@ register(CodeExercise(
 
 
 # 9.6 count the fusions ------------------------------------------------------------------------
+# A fusion inside a fused computation (XLA nests them on some backends): the program runs the
+# outer one only, so counting every " fusion(" in the text gives 2 where the answer is 1.
+_NESTED_FUSION = """HloModule nested_fusion, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%fused_inner (p.1: f32[4]) -> f32[4] {
+  %p.1 = f32[4]{0} parameter(0)
+  ROOT %sine.1 = f32[4]{0} sine(f32[4]{0} %p.1)
+}
+
+%fused_outer (q.1: f32[4]) -> f32[4] {
+  %q.1 = f32[4]{0} parameter(0)
+  ROOT %inner_fusion = f32[4]{0} fusion(f32[4]{0} %q.1), kind=kLoop, calls=%fused_inner
+}
+
+ENTRY %main (x.1: f32[4]) -> f32[4] {
+  %x.1 = f32[4]{0} parameter(0)
+  ROOT %outer_fusion = f32[4]{0} fusion(f32[4]{0} %x.1), kind=kLoop, calls=%fused_outer
+}
+"""
+
+
 def _program_texts():
     import jax
     import jax.numpy as jnp
@@ -286,6 +308,7 @@ def _program_texts():
              (chain, (S((1000,), f32),))]
     for fn, a in progs:
         yield (jax.jit(fn).lower(*a).compile().as_text(),)
+    yield (_NESTED_FUSION,)
 
 
 def _entry_only(text):
@@ -313,6 +336,10 @@ register(CodeExercise(
     compare=lambda got, want: not isinstance(got, bool) and got == want,
     describe=lambda t: f"the program {hlo.hlo_text(t).split(',')[0].split()[-1]}",
     hints=[
+        (lambda got, want, args: got == args[0].count(" fusion(") != want,
+         "a fused computation can itself hold a fusion instruction (the last test program "
+         "does): count the fusions of the computations the program runs (the entry, while "
+         "bodies and conditions, conditional branches), not of those a fusion calls."),
         (lambda got, want, args: got == hlo_text_count(args[0], "fusion"),
          "counting the word 'fusion' also counts instruction names (ynn_fusion) and "
          "calls=%fused_computation attributes: count instructions whose opcode is fusion."),
