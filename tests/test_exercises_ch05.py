@@ -135,28 +135,61 @@ def test_every_hint_is_reachable():
 # Code answers
 # ------------------------------------------------------------------------------------------
 
-def fsdp_right(x, a, b):
-    a = jax.lax.all_gather(a, "data", axis=0, tiled=True, to="invarying")
-    b = jax.lax.all_gather(b, "data", axis=0, tiled=True, to="invarying")
-    return jax.nn.relu(x @ a) @ b
+def _gather(w, axis=0):
+    return jax.lax.all_gather(w, "data", axis=axis, tiled=True)
 
 
-def fsdp_wrong_axis(x, a, b):              # gathers along the columns: shapes do not fit
-    a = jax.lax.all_gather(a, "data", axis=1, tiled=True, to="invarying")
-    b = jax.lax.all_gather(b, "data", axis=1, tiled=True, to="invarying")
-    return jax.nn.relu(x @ a) @ b
+def _local_grads(x, wi, wo, dy):
+    h = x @ wi
+    return x.T @ ((dy @ wo.T) * (h > 0)), jax.nn.relu(h).T @ dy
 
 
-def fsdp_gather_activations(x, a, b):     # gathers x and the weights: right, wrong bytes
-    xa = jax.lax.all_gather(x, "data", axis=0, tiled=True, to="invarying")
-    h = jax.nn.relu(xa @ jax.lax.all_gather(a, "data", axis=0, tiled=True, to="invarying"))
-    out = h @ jax.lax.all_gather(b, "data", axis=0, tiled=True, to="invarying")
-    n = x.shape[0]
-    return jax.lax.dynamic_slice_in_dim(out, jax.lax.axis_index("data") * n, n)
+def fsdp_right(x, a, b, dy):
+    gi, go = _local_grads(x, _gather(a), _gather(b), dy)
+    return (jax.lax.psum_scatter(gi, "data", scatter_dimension=0, tiled=True),
+            jax.lax.psum_scatter(go, "data", scatter_dimension=0, tiled=True))
+
+
+def fsdp_vjp(x, a, b, dy):                # let JAX transpose the gathers: also right
+    _, vjp = jax.vjp(lambda a, b: jax.nn.relu(x @ _gather(a)) @ _gather(b), a, b)
+    return vjp(dy)
+
+
+def fsdp_psum_slice(x, a, b, dy):         # right numbers, all-reduce: twice the bytes
+    gi, go = _local_grads(x, _gather(a), _gather(b), dy)
+    i = jax.lax.axis_index("data")
+    gi, go = jax.lax.psum(gi, "data"), jax.lax.psum(go, "data")
+    return (jax.lax.dynamic_slice_in_dim(gi, i * a.shape[0], a.shape[0]),
+            jax.lax.dynamic_slice_in_dim(go, i * b.shape[0], b.shape[0]))
+
+
+def fsdp_local_only(x, a, b, dy):         # forgets to sum over the batch: wrong numbers
+    gi, go = _local_grads(x, _gather(a), _gather(b), dy)
+    i = jax.lax.axis_index("data")
+    return (jax.lax.dynamic_slice_in_dim(gi, i * a.shape[0], a.shape[0]),
+            jax.lax.dynamic_slice_in_dim(go, i * b.shape[0], b.shape[0]))
+
+
+def fsdp_wrong_axis(x, a, b, dy):          # gathers along the columns: shapes do not fit
+    gi, go = _local_grads(x, _gather(a, 1), _gather(b, 1), dy)
+    return gi, go
+
+
+def fsdp_forward(x, a, b):                 # the chapter's forward, three arguments
+    return jax.nn.relu(x @ _gather(a)) @ _gather(b)
 
 
 def tp_right(x, a, b):
-    return jax.lax.psum(jax.nn.relu(x @ a) @ b, "y")
+    xg = jax.lax.all_gather(x, "y", axis=0, tiled=True)
+    return jax.lax.psum_scatter(jax.nn.relu(xg @ a) @ b, "y", scatter_dimension=0,
+                                tiled=True)
+
+
+def tp_psum_slice(x, a, b):               # right numbers, all-reduce then slice
+    xg = jax.lax.all_gather(x, "y", axis=0, tiled=True)
+    out = jax.lax.psum(jax.nn.relu(xg @ a) @ b, "y")
+    n = x.shape[0]
+    return jax.lax.dynamic_slice_in_dim(out, jax.lax.axis_index("y") * n, n)
 
 
 def tp_gather(x, a, b):                   # gathers the weights over y: right numbers
@@ -165,8 +198,8 @@ def tp_gather(x, a, b):                   # gathers the weights over y: right nu
     return jax.nn.relu(x @ a) @ b
 
 
-def tp_two_sums(x, a, b):                 # wrong: sums h before the ReLU -> wrong numbers
-    return jax.lax.psum(jax.nn.relu(x @ a), "y").sum() * 0 + tp_right(x, a, b) + 1
+def tp_chapter(x, a, b):                  # section 5.3's psum: x is not gathered
+    return jax.lax.psum(jax.nn.relu(x @ a) @ b, "y")
 
 
 def experts_right(bk, w):
@@ -212,9 +245,9 @@ def orders_slow(P_, M):                   # one microbatch at a time through the
 
 
 @pytest.mark.parametrize("ex,answer", [
-    ("5.13", fsdp_right), ("5.14", tp_right), ("5.15", experts_right),
+    ("5.13", fsdp_right), ("5.13", fsdp_vjp), ("5.14", tp_right), ("5.15", experts_right),
     ("5.16", orders("1f1b")), ("5.16", orders_handmade),
-    ("5.17", lambda B, D, F: (P("x", "y"), P("y", "x"))),
+    ("5.17", lambda B, D, F: (P("y", "x"), P("y", "x"), P("x", "y"))),
 ])
 def test_right_programs_pass(ex, answer):
     r = evaluate(ex, answer)
@@ -223,17 +256,22 @@ def test_right_programs_pass(ex, answer):
 
 @pytest.mark.parametrize("ex,answer,word", [
     ("5.13", fsdp_wrong_axis, "first axis"),
-    ("5.13", fsdp_gather_activations, "two all-gathers"),
+    ("5.13", fsdp_psum_slice, "twice the bytes"),
+    ("5.13", fsdp_local_only, "wrong numbers"),
+    ("5.13", fsdp_forward, "failed"),
+    ("5.14", tp_psum_slice, "twice the bytes"),
     ("5.14", tp_gather, "keeps the weights split"),
-    ("5.14", tp_two_sums, "wrong numbers"),
+    ("5.14", tp_chapter, "wrong numbers"),      # sums different rows of x
     ("5.15", experts_gather, "not expert parallelism"),
     ("5.15", experts_one_way, "wrong numbers"),
     ("5.16", orders("gpipe"), "GPipe"),
     ("5.16", orders_invalid, "not a valid pipeline"),
     ("5.16", orders_slow, "slower than 1F1B"),
-    ("5.17", lambda B, D, F: (P(("x", "y"), None), P(("x", "y"), None)), "all 8 devices"),
-    ("5.17", lambda B, D, F: (P("y", "x"), P("x", "y")), "F on axis 'y'"),
-    ("5.17", lambda B, D, F: (P("x", None), P("y", "x")), "1/8 of each weight"),
+    ("5.17", lambda B, D, F: (P(("x", "y"), None),) * 3, "all 8 devices"),
+    # section 5.4's specs (plus the gate) answer the other layout: weights gathered over x
+    ("5.17", lambda B, D, F: (P("x", "y"), P("x", "y"), P("y", "x")), "'y' is the FSDP"),
+    ("5.17", lambda B, D, F: (P("y", None), P("y", "x"), P("x", "y")), "1/8 of each weight"),
+    ("5.17", lambda B, D, F: (P("x", "y"), P("y", "x")), "(spec_w_gate, spec_w_up"),
     ("5.17", lambda B, D, F: "x", "jax.P"),
     ("5.13", 42, "function"),
 ])

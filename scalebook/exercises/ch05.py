@@ -258,41 +258,68 @@ def _mlp(x, w_in, w_out):
     return np.maximum(x @ w_in, 0) @ w_out
 
 
-# 5.13 FSDP block --------------------------------------------------------------------------
+# 5.13 FSDP gradients ---------------------------------------------------------------------
 def _build_fsdp(answer, case, mesh):
     import jax
+    import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
-    arrays = mesh_inputs([(B, D), (D, F), (F, D)], seed=B + D + F)
+    arrays = mesh_inputs([(B, D), (D, F), (F, D), (B, D)], seed=B + D + F)
     args = [jax.device_put(a, NamedSharding(mesh, P("data"))) for a in arrays]
-    fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=P("data"),
+    student = returns_something(answer)
+
+    def per_device(x, w_in, w_out, dy):
+        out = student(x, w_in, w_out, dy)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError("return two arrays: (this device's rows of dW_in, of dW_out)")
+        # both shards side by side, flattened on this device (no communication)
+        return jnp.concatenate([jnp.ravel(out[0]), jnp.ravel(out[1])])
+
+    fn = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("data"),
                                out_specs=P("data")))
     return fn, args
+
+
+def _fsdp_expected(case, x, w_in, w_out, dy):
+    import numpy as np
+    x, w_in, w_out, dy = map(_np, (x, w_in, w_out, dy))
+    h = x @ w_in
+    d_in = x.T @ ((dy @ w_out.T) * (h > 0))                      # [D, F]
+    d_out = np.maximum(h, 0).T @ dy                              # [F, D]
+    rd, rf = d_in.shape[0] // 8, d_out.shape[0] // 8
+    return np.concatenate([np.concatenate([d_in[i * rd:(i + 1) * rd].ravel(),
+                                           d_out[i * rf:(i + 1) * rf].ravel()])
+                           for i in range(8)])
 
 
 def _fsdp_collectives(records, case):
     from .. import collectives
     B, D, F = case
     if any(r.kind == "all-reduce" for r in records):
-        return ("FSDP gathers the weights and needs no all-reduce: each device computes its "
-                "own rows of the output from whole weights")
+        return ("an all-reduce of the gradients (psum, then a slice) sends twice the bytes "
+                "of what FSDP needs: each device keeps only its rows of the sum, so "
+                "reduce-scatter them (jax.lax.psum_scatter, tiled=True)")
     ag = [r for r in records if r.kind == "all-gather"]
-    if len(ag) != 2 or any(r.group_size != 8 for r in ag) or len(records) != 2:
-        return "expected exactly two all-gathers (W_in and W_out) over all 8 devices"
+    rs = [r for r in records if r.kind == "reduce-scatter"]
+    if (len(ag) != 2 or len(rs) != 2 or len(records) != 4
+            or any(r.group_size != 8 for r in records)):
+        return ("expected two all-gathers (W_in, W_out) and two reduce-scatters (dW_in, "
+                "dW_out) over all 8 devices, and nothing else")
     want = collectives.ring_bytes("all-gather", D * F * 4, 8)
-    if not all(math.isclose(r.bytes_per_device, want) for r in ag):
-        return "the all-gathers should move the weights, not the activations"
+    if not all(math.isclose(r.bytes_per_device, want) for r in records):
+        return "the collectives should move the weights and their gradients, not activations"
     return None
 
 
 register(MeshProgramExercise(
-    id="5.13", title="An FSDP block in shard_map",
-    build=_build_fsdp, expected=lambda case, x, w_in, w_out: _mlp(*map(_np, (x, w_in, w_out))),
+    id="5.13", title="FSDP weight gradients in shard_map",
+    build=_build_fsdp, expected=_fsdp_expected,
     collectives_ok=_fsdp_collectives, cases=[(16, 16, 32), (32, 64, 16), (8, 24, 40)],
     mesh_shape=(8,), mesh_axes=("data",),
-    describe=lambda B, D, F: f"x[{B},{D}], W_in[{D},{F}], W_out[{F},{D}]",
+    describe=lambda B, D, F: f"x[{B},{D}], W_in[{D},{F}], W_out[{F},{D}], dy[{B},{D}]",
     error_hints=[("dot_general requires contracting dimensions", "gather each weight along "
-                  "its first axis (tiled=True) before the matmul.")],
+                  "its first axis (tiled=True) before the matmuls."),
+                 ("return two arrays", "return a tuple (dW_in rows, dW_out rows).")],
 ))
 
 
@@ -301,41 +328,54 @@ def _np(a):
     return np.asarray(a)
 
 
-# 5.14 Megatron block ----------------------------------------------------------------------
+# 5.14 Megatron block with sequence parallelism ----------------------------------------
+_SP = ("x", "y")
+
+
 def _build_tp(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     B, D, F = case
     x, w_in, w_out = mesh_inputs([(B, D), (D, F), (F, D)], seed=2 * B + D + F)
-    specs = (P("x", None), P(None, "y"), P("y", None))
+    specs = (P(_SP, None), P(None, "y"), P("y", None))
     args = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip((x, w_in, w_out), specs)]
     fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=specs,
-                               out_specs=P("x", None)))
+                               out_specs=P(_SP, None)))
     return fn, args
 
 
 def _tp_collectives(records, case):
     from .. import collectives
     B, D, F = case
-    if any(r.kind == "all-gather" for r in records):
-        return ("tensor parallelism keeps the weights split; sum the partial outputs "
-                "instead of gathering weights")
-    ar = [r for r in records if r.kind == "all-reduce"]
-    if len(records) != 1 or len(ar) != 1 or ar[0].group_size != 4:
-        return "expected exactly one all-reduce over the 4 devices of axis 'y'"
-    if not math.isclose(ar[0].bytes_per_device,
-                        collectives.ring_bytes("all-reduce", B // 2 * D * 4, 4)):
-        return "the all-reduce should sum the [B/2, D] partial outputs, after the second matmul"
+    act = B // 2 * D * 4                         # the [B/2, D] rows of one 'x' group, f32
+    if any(r.kind == "all-reduce" for r in records):
+        return ("an all-reduce (psum, then a slice) sends twice the bytes of a "
+                "reduce-scatter: each device keeps only its own rows of the sum "
+                "(jax.lax.psum_scatter, tiled=True)")
+    ag = [r for r in records if r.kind == "all-gather"]
+    rs = [r for r in records if r.kind == "reduce-scatter"]
+    if any(not math.isclose(r.bytes_per_device, collectives.ring_bytes("all-gather", act, 4))
+           for r in ag):
+        return ("tensor parallelism keeps the weights split; gather the activations "
+                "(the rows of x) over 'y' instead")
+    if (len(ag) != 1 or len(rs) != 1 or len(records) != 2
+            or any(r.group_size != 4 for r in records)):
+        return ("expected exactly one all-gather of x and one reduce-scatter of the output, "
+                "both over the 4 devices of axis 'y'")
+    if not math.isclose(rs[0].bytes_per_device, collectives.ring_bytes("reduce-scatter", act, 4)):
+        return "the reduce-scatter should sum the [B/2, D] partial outputs of the second matmul"
     return None
 
 
 register(MeshProgramExercise(
-    id="5.14", title="A Megatron MLP block in shard_map",
+    id="5.14", title="A sequence-parallel Megatron block in shard_map",
     build=_build_tp, expected=lambda case, x, w_in, w_out: _mlp(*map(_np, (x, w_in, w_out))),
-    collectives_ok=_tp_collectives, cases=[(8, 16, 32), (16, 32, 64), (4, 8, 24)],
+    collectives_ok=_tp_collectives, cases=[(16, 16, 32), (32, 32, 64), (8, 8, 24)],
     describe=lambda B, D, F: f"x[{B},{D}], W_in[{D},{F}], W_out[{F},{D}]",
-    error_hints=[("check_vma", "the summed output is the same on every 'y' device: "
-                               "jax.lax.psum returns it replicated; do not all_gather it.")],
+    error_hints=[("dot_general requires contracting dimensions", "this device holds only "
+                  "B/8 rows of x: gather the rows of its 'x' group over 'y' first."),
+                 ("check_vma", "the output is split over 'y' too: reduce-scatter the "
+                               "partial sums instead of summing them everywhere.")],
 ))
 
 
@@ -423,8 +463,14 @@ register(CodeExercise(
 ))
 
 
-# 5.17 2D specs ---------------------------------------------------------------------------
-_X_SPEC = ("x", None)
+# 5.17 2D specs, batch on 'y', gated MLP ----------------------------------------------
+_X_SPEC = ("y", None)
+
+
+def _gated(x, g, u, d):
+    import numpy as np
+    z = x @ g
+    return (z / (1 + np.exp(-z)) * (x @ u)) @ d
 
 
 def _build_specs(answer, case, mesh):
@@ -434,47 +480,54 @@ def _build_specs(answer, case, mesh):
     specs = answer(B, D, F)
     if specs is None:
         raise NotAttempted
-    if not (isinstance(specs, (tuple, list)) and len(specs) == 2
+    if not (isinstance(specs, (tuple, list)) and len(specs) == 3
             and all(isinstance(s, P) for s in specs)):
-        raise TypeError("return two PartitionSpecs (spec_w_in, spec_w_out)")
-    s_in, s_out = (NamedSharding(mesh, s) for s in specs)
-    for name, s, shape in [("W_in", s_in, (D, F)), ("W_out", s_out, (F, D))]:
+        raise TypeError("return three PartitionSpecs (spec_w_gate, spec_w_up, spec_w_down)")
+    shard = [NamedSharding(mesh, s) for s in specs]
+    for name, s, shape in [("W_gate", shard[0], (D, F)), ("W_up", shard[1], (D, F)),
+                           ("W_down", shard[2], (F, D))]:
         if math.prod(s.shard_shape(shape)) * 8 != math.prod(shape):
             raise ValueError(f"{name} with {s.spec} leaves each device more than 1/8 of it")
-    x, w_in, w_out = mesh_inputs([(B, D), (D, F), (F, D)], seed=B * D + F)
+    arrays = mesh_inputs([(B, D), (D, F), (D, F), (F, D)], seed=B * D + F)
     xs = NamedSharding(mesh, P(*_X_SPEC))
-    fn = jax.jit(lambda x, a, b: jax.nn.relu(x @ a) @ b, in_shardings=(xs, s_in, s_out),
-                 out_shardings=xs)
-    return fn, (jax.device_put(x, xs), jax.device_put(w_in, s_in), jax.device_put(w_out, s_out))
+    fn = jax.jit(lambda x, g, u, d: (jax.nn.silu(x @ g) * (x @ u)) @ d,
+                 in_shardings=(xs, *shard), out_shardings=xs)
+    return fn, tuple(jax.device_put(a, s) for a, s in zip(arrays, (xs, *shard)))
 
 
 def _best_2d_bytes(B, D, F):
-    """Bytes per device of the chapter's split: gather W over X (2), all-reduce [B/2, D] over Y."""
+    """Bytes per device of FSDP over 'y' (4) x TP over 'x' (2): gather each of the three
+    weights' D over 'y' (a [D, F/2] slab each), all-reduce the [B/4, D] outputs over 'x'."""
     from .. import collectives
-    return (2 * collectives.ring_bytes("all-gather", D * F // 4 * 4, 2)
-            + collectives.ring_bytes("all-reduce", B // 2 * D * 4, 4))
+    return (3 * collectives.ring_bytes("all-gather", D * F // 2 * 4, 4)
+            + collectives.ring_bytes("all-reduce", B // 4 * D * 4, 2))
 
 
 def _specs_collectives(records, case):
     from .. import hlo
     B, D, F = case
-    sent = hlo.total_bytes(records)
-    if sent > 1.001 * _best_2d_bytes(*case):
-        if any(r.group_size == 8 for r in records):
-            return (f"it sends {sent:.0f} bytes per device, more than the FSDP x TP split "
-                    f"({_best_2d_bytes(*case):.0f}): a collective over all 8 devices gathers "
-                    f"whole weights. Split each weight over both axes, F over 'y'")
-        return (f"it sends {sent:.0f} bytes per device, more than the FSDP x TP split "
-                f"({_best_2d_bytes(*case):.0f}); put F on axis 'y' in both weights")
+    sent, bound = hlo.total_bytes(records), _best_2d_bytes(*case)
+    if any(r.group_size == 8 for r in records):
+        return (f"a collective over all 8 devices gathers whole weights (it sends {sent:.0f} "
+                f"bytes per device; FSDP x TP here sends {bound:.0f}). Split each weight over "
+                f"both axes")
+    if any(r.kind == "all-gather" and r.group_size == 2 for r in records):
+        return ("weights are gathered over 'x': here the batch is split over 'y', so 'y' is "
+                "the FSDP axis (gather D over it) and 'x' the tensor-parallel one (split F)")
+    if sent > 1.001 * bound:
+        return (f"it sends {sent:.0f} bytes per device, more than FSDP over 'y' x TP over "
+                f"'x' ({bound:.0f})")
     return None
 
 
 register(MeshProgramExercise(
-    id="5.17", title="PartitionSpecs for a 2D-sharded MLP",
-    build=_build_specs, expected=lambda case, x, a, b: _mlp(*map(_np, (x, a, b))),
+    id="5.17", title="PartitionSpecs for a 2D-sharded gated MLP",
+    build=_build_specs, expected=lambda case, *a: _gated(*map(_np, a)),
     collectives_ok=_specs_collectives, cases=[(16, 32, 64), (32, 16, 32), (8, 64, 128)],
-    describe=lambda B, D, F: f"x[{B},{D}], W_in[{D},{F}], W_out[{F},{D}]",
+    rtol=1e-4,
+    describe=lambda B, D, F: f"x[{B},{D}], W_gate, W_up[{D},{F}], W_down[{F},{D}]",
     error_hints=[("more than 1/8", "every device should hold 1/8 of each weight: use both "
                                    "mesh axes in each spec."),
-                 ("two PartitionSpecs", "return a tuple (spec_w_in, spec_w_out) of jax.P(...).")],
+                 ("three PartitionSpecs", "return a tuple (spec_w_gate, spec_w_up, "
+                                          "spec_w_down) of jax.P(...).")],
 ))
