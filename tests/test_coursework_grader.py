@@ -25,7 +25,8 @@ STUDENTS = ["s01-right", "s02-partly", "s03-wrong", "s04-blank", "s05-broken-jso
             "s06-empty", "s07-loop", "s08-crash", "s09-check", "s10-outputs", "s11-variant",
             "s12-renamed", "s13-memory", "s14-absent", "s15-stuck"]
 TIME_LIMIT = 120     # seconds per notebook
-CELL_TIMEOUT = 5     # seconds per cell: the infinite loop is interrupted after this
+CELL_TIMEOUT = 15    # seconds per cell: the infinite loop is interrupted after this (5 s was
+                     # too short for the import cell on a loaded 2-core machine)
 
 RIGHT_1_9 = '''def matmul_time_bounds(B, D, F, chip):
     c = hardware.get_chip(chip)
