@@ -423,7 +423,11 @@ def max_tp_degree(F: int, chip, *, matmuls: int = 2, axes: int = 1, network_kind
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
     w_eff = net.bandwidth * k * (2 if net.topology == "torus" else 1)
-    return int(math.floor(1 + m * F * w_eff / (s * c.bf16_flops) + 1e-9))
+    n = int(math.floor(1 + m * F * w_eff / (s * c.bf16_flops) + 1e-9))
+    if n == 2 and net.topology == "torus" and k == 1:
+        # an axis of 2 chips has one link: the all-reduce gets W, not 2 W
+        n = 2 if m * F * net.bandwidth / (s * c.bf16_flops) >= 1 - 1e-9 else 1
+    return n
 
 
 # ------------------------------------------------------------------------------------------

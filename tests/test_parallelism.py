@@ -348,3 +348,12 @@ def test_moe_critical_batch_with_the_experts_split():
     assert par.moe_critical_batch(4096, 14336, 8, 2, v5p, n_ep=8) == math.ceil(dense / 2)
     with pytest.raises(ValueError, match="does not divide"):
         par.moe_critical_batch(4096, 14336, 8, 2, v5p, n_ep=3)
+
+
+def test_max_tp_degree_two_chips_have_one_link():
+    # F chosen so that the torus formula allows 2, but one link (W, not 2 W) does not
+    F = int(0.7 * 2 * C5p / (2 * W5p))          # m F W / (s C) = 0.7 with m = 2, s = 2
+    assert par.max_tp_degree(F, v5p) == 1
+    t = par.tp_mlp_layer_times(1024, 512, F - F % 2, 2, v5p)
+    assert t.comm_forward > t.compute_forward     # the exact time agrees: 2 chips wait
+    assert par.max_tp_degree(14336, v5p, matmuls=3) == 10          # unaffected above 2
