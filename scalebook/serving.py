@@ -492,8 +492,9 @@ def cheapest_plan(plans, latency_target: float, by: str = "cost") -> ServingPlan
     ok = [p for p in ps if p.step_time <= tgt]
     if not ok:
         f = fastest_plan(ps)
+        which = "plan with a listed price" if by == "cost" else "plan"
         raise InfeasibleError(
-            f"no plan reaches {fmt_time(tgt)} per token: the fastest, {f.model} on "
+            f"no {which} reaches {fmt_time(tgt)} per token: the fastest, {f.model} on "
             f"{f.n_chips} x {f.chip} ({f.weights_dtype}) at batch {f.batch}, takes "
             f"{fmt_time(f.step_time)} ({f.bound}-bound)")
     key = (lambda p: p.cost_per_million) if by == "cost" else (lambda p: p.chip_hours_per_million)

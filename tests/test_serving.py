@@ -115,8 +115,11 @@ def test_cheapest_plan(plans):
 
 def test_latency_target_below_bound():
     plans = serving.candidate_plans("llama3-70b", "tpu-v5e")
-    with pytest.raises(InfeasibleError, match=r"no plan reaches 100 µs per token: the fastest"):
+    with pytest.raises(InfeasibleError, match=r"no plan with a listed price reaches 100 µs "
+                                              r"per token: the fastest"):
         serving.cheapest_plan(plans, 1e-4)
+    with pytest.raises(InfeasibleError, match=r"no plan reaches 100 µs per token"):
+        serving.cheapest_plan(plans, 1e-4, by="chip_hours")
     with pytest.raises(InfeasibleError, match=r"below the bound.*16 x tpu-v5e.*reading the "
                                               r"weights alone takes 10.8 ms"):
         serving.plan_serving("llama3-70b", "tpu-v5e", latency_target=0.005)

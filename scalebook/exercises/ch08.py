@@ -29,9 +29,13 @@ def _pow2_at_least(x):
 
 
 # 8.1 -------------------------------------------------------------------------------------
-def _min_v5e(kv=True, s_w=1.0, frac=FRAC, pow2=True):
+_B1 = 64      # sequences: not the chapter's 32, whose slice section 8.1 prints
+
+
+def _min_v5e(kv=True, s_w=1.0, frac=FRAC, pow2=True, s_kv=2):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
-    need = m.weight_bytes(s_w) + (32 * 8192 * inf.kv_bytes_per_token(m) if kv else 0)
+    cache = _B1 * 8192 * inf.kv_bytes_per_token(m) * s_kv / 2
+    need = m.weight_bytes(s_w) + (cache if kv else 0)
     n = need / (frac * chip.hbm_bytes)
     return _pow2_at_least(n) if pow2 else math.ceil(n)
 
@@ -39,12 +43,15 @@ def _min_v5e(kv=True, s_w=1.0, frac=FRAC, pow2=True):
 register(NumericExercise(
     id="8.1", title="The smallest v5e slice for 70B in int8", unit="chips", integer=True,
     reference=lambda: serving.plan_serving("llama3-70b", "tpu-v5e", "int8", context_len=8192,
-                                           output_len=512, min_batch=32).n_chips,
+                                           output_len=512, min_batch=_B1).n_chips,
     hints=[
         (lambda a: a == _min_v5e(kv=False), "that slice holds the int8 weights, but not the "
-         "32 caches of 8192 tokens next to them (2 L H_kv h s bytes per token)."),
+         "64 caches of 8192 tokens next to them (2 L H_kv h s bytes per token)."),
         (lambda a: a == _min_v5e(kv=False, s_w=0.5), "int8 weights are 1 byte each, and the "
          "caches need room too."),
+        (lambda a: a in (_min_v5e(frac=1.0), _min_v5e(s_kv=1)),
+         "too small: only 90% of each chip's HBM is usable, and the cache is bf16, 2 bytes "
+         "per element (1 byte is the weights only)."),
         (lambda a: a in (_min_v5e(pow2=False), _min_v5e(pow2=False, frac=1.0)),
          "the planner's TPU slices come in powers of two: round up to the next one."),
     ],
@@ -159,6 +166,8 @@ register(NumericExercise(
          "chip = (requests/s a decode chip finishes) / (prompts/s a prefill chip starts)."),
         (lambda a: _close(a, _ratio6(causal=False)), "a causal kernel computes only the "
          "unmasked half of the S x S scores: (S + 1) / 2 keys per token on average."),
+        (lambda a: _close(a, _ratio6(attention=False)), "that counts the matmul weights "
+         "only; add causal attention, 4 L H h (S + 1) / 2 FLOPs per prompt token."),
     ],
 ))
 
@@ -205,19 +214,23 @@ register(ChoiceExercise(
 
 
 # 8.9 -------------------------------------------------------------------------------------
+_N9 = (64, 128)   # section 8.2 prints 16 -> 64; beyond 64 is the exercise
+
+
 def _trend9():
     a, b = (serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=n).tokens_per_s_per_chip
-            for n in (16, 64))
+            for n in _N9)
     return "rises" if b > 1.05 * a else ("falls" if b < a / 1.05 else "same")
 
 
 register(ChoiceExercise(
     id="8.9", title="A bigger slice at a full HBM",
     choices=("rises", "same", "falls"), reference=_trend9,
-    hints={"same": "the step time stays near 0.9 M_cap / W_hbm, but what fills each chip's "
-                   "HBM changes: less of it is weights.",
-           "falls": "per chip, the weights shrink as 1/n, so each chip holds more cache: a "
-                    "larger batch per chip in about the same step time."},
+    hints={"rises": "per chip the weights shrink and the batch grows, as from 16 to 64 "
+                    "chips; but the step is no longer the HBM read: count the all-reduces "
+                    "of a large batch on an 8 x 16 torus (plan_serving(..., n_chips=128)).",
+           "same": "compare the step time at a full HBM with 0.9 M_cap / W_hbm: on 128 "
+                   "chips something else takes longer."},
 ))
 
 
