@@ -172,6 +172,13 @@ def test_8_10_hints():
 
     assert "next to them" in message("8.10", no_kv)
     assert "90%" in message("8.10", full_hbm)
+
+    def one_byte_cache(model, chip, wd, T, B):
+        m = MODELS[model]
+        need = n_params(**m) * BYTES[wd] + B * T * kv_per_token(m, s=1)
+        return pow2(need / (0.9 * get_chip(chip).hbm_bytes))
+
+    assert "2 bytes" in message("8.10", one_byte_cache)
     assert "powers of two" in message("8.10", exact)
     assert "not yet" in message("8.10", lambda *a: 8)
     assert "raised" in message("8.10", lambda *a: 1 / 0)

@@ -247,11 +247,11 @@ def _min_slice_ref(model, chip, weights_dtype, context, min_batch):
                                 output_len=1, min_batch=min_batch).n_chips
 
 
-def _min_slice_variant(args, kv=True, frac=FRAC, pow2=True):
+def _min_slice_variant(args, kv=True, frac=FRAC, pow2=True, s_kv=2):
     model, chip, wd, T, B = args
     m, c = _m(model), get_chip(chip)
     need = m.weight_bytes(inf.bytes_per_element(wd)) + (
-        B * T * inf.kv_bytes_per_token(m) if kv else 0)
+        B * T * inf.kv_bytes_per_token(m) * s_kv / 2 if kv else 0)
     n = need / (frac * c.hbm_bytes)
     return _pow2_at_least(n) if pow2 else math.ceil(n)
 
@@ -263,8 +263,10 @@ register(CodeExercise(
     hints=[
         (lambda got, want, args: as_number(got) == _min_slice_variant(args, kv=False),
          "the weights fit, but the min_batch caches of context tokens must fit next to them."),
-        (lambda got, want, args: as_number(got) == _min_slice_variant(args, frac=1.0),
-         "only 90% of each chip's HBM is usable."),
+        (lambda got, want, args: as_number(got) in (_min_slice_variant(args, frac=1.0),
+                                                    _min_slice_variant(args, s_kv=1)),
+         "too small: only 90% of each chip's HBM is usable, and the cache is bf16, 2 bytes "
+         "per element."),
         (lambda got, want, args: as_number(got) == _min_slice_variant(args, pow2=False),
          "slices come in powers of two: round up to the next one."),
     ],
