@@ -217,17 +217,18 @@ class TrainingPlan:
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
         lines = [f"{self.model} on {self.n_chips} x {self.chip}: {d}, "
-                 f"{self.microbatches} microbatch(es), remat {self.remat}"
-                 + (f"  [best of {self.considered} fitting configurations]"
-                    if self.considered else "")]
+                 f"{self.microbatches} microbatch(es), remat {self.remat}"]
+        if self.considered:
+            lines.append(f"  (the fastest of {self.considered} configurations that fit)")
         for axis in ("tp", "fsdp", "pp", "dp"):
             lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {self.networks[axis]:<6}  "
                          f"{self.reasons[axis]}")
         lim = self.hbm_fraction * self.hbm_bytes
         lines.append(f"  memory per chip {fmt_bytes(m.total)} of {fmt_bytes(lim)} usable "
                      f"({self.hbm_fraction:.0%} of {fmt_bytes(self.hbm_bytes)}):")
-        lines.append("    " + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}"
-                                        for k, v in m.as_dict().items()))
+        parts = [f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in m.as_dict().items()]
+        lines.append("    " + ", ".join(parts[:4]))
+        lines.append("    " + ", ".join(parts[4:]))
         lines.append(f"  step {fmt_time(self.step_seconds)}: compute "
                      f"{fmt_time(self.compute_seconds)} (bubble {self.bubble:.1%})")
         for c in self.collectives:
@@ -239,7 +240,8 @@ class TrainingPlan:
         cost = ("no listed price for this chip in scalebook.hardware" if self.cost is None
                 else f"${sci(self.cost)} at ${self.price_per_hour:.2f} per chip-hour")
         lines.append(f"  {sci(self.train_tokens)} tokens: {self.days:.3g} days, "
-                     f"{sci(self.chip_hours)} chip-hours, {cost}")
+                     f"{sci(self.chip_hours)} chip-hours,")
+        lines.append(f"    {cost}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -341,19 +343,17 @@ def _collectives(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: 
 
 
 def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
-    where = {"ici": "the fast network", "dcn": "the scale-out network", "-": ""}
     r = {}
     r["tp"] = ("fixed by the caller" if "tp" in fixed else
-               "splits heads and F; activations cross " + where[nets["tp"]] + " every layer"
+               "splits heads and F; activations move every layer"
                if deg.tp > 1 else "not needed: FSDP and the batch carry the chips")
     r["fsdp"] = ("fixed by the caller" if "fsdp" in fixed else
-                 "shards weights, gradients and Adam state (ZeRO-3); weights gathered "
-                 "per microbatch" if deg.fsdp > 1 else "not used")
+                 "shards weights, gradients, Adam state; gathers per microbatch" if deg.fsdp > 1 else "not used")
     r["pp"] = ("fixed by the caller" if "pp" in fixed else
-               "splits the layers, sends only activations across " + where[nets["pp"]]
+               "splits the layers; sends activations between stages"
                if deg.pp > 1 else "not needed: no bubble")
     r["dp"] = ("fixed by the caller" if "dp" in fixed else
-               "replicas: one gradient all-reduce per step on " + where[nets["dp"]]
+               "replicas; one gradient all-reduce per step"
                if deg.dp > 1 else "not used")
     return r
 
@@ -418,8 +418,6 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
     if imbalance > 1:
         notes.append(f"{c.n_layers} layers over {deg.pp} stages: {L_p} per stage, "
                      f"{imbalance - 1:.1%} idle on the lighter stages")
-    if ch.price_per_hour is None:
-        notes.append(f"{ch.name} has no listed price in scalebook.hardware: no cost given")
     return TrainingPlan(
         model=c.name, chip=ch.name, degrees=deg, networks=nets,
         reasons=_reasons(c, ch, deg, nets, _fixed or {}), global_batch_tokens=B, seq_len=S,
@@ -463,7 +461,10 @@ def _candidates(c, ch, n, seqs, fixed, remats):
                     continue
                 if seqs % (dp * fsdp):
                     continue
-                yield Degrees(tp, fsdp, pp, dp)
+                deg = Degrees(tp, fsdp, pp, dp)
+                if ch.dcn_bandwidth is None and "dcn" in _layout(ch, deg).values():
+                    continue            # no scale-out figure: only one fast domain
+                yield deg
 
 
 def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: int, *,
@@ -547,6 +548,10 @@ def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
     head = f"{c.name} does not fit on {n} x {ch.name}"
     if fixed:
         head += f" with {fixed}"
+    if closest is None and ch.dcn_bandwidth is None and n > (ch.ici_domain_chips or n):
+        return (head + f": {n} chips span more than one {ch.ici_domain_chips}-chip domain and "
+                f"{ch.name} has no dcn_bandwidth in scalebook.hardware; use at most "
+                f"{ch.ici_domain_chips} chips or get_chip({ch.name!r}).with_(dcn_bandwidth=...)")
     if closest is None:
         return (head + ": no configuration divides the chips, the model and the "
                 f"{B // S} sequences of the batch; choose a chip count with more factors "

@@ -1,0 +1,122 @@
+"""Chapter 6's exercise checks accept right answers, reject typical wrong ones, never raise.
+
+The right answers here are worked by hand from the LLaMA-3 parameter counts (facts.md §1.2)
+and the hardware figures, independently of scalebook/exercises/ch06.py. The code answers run
+on four cases each."""
+
+import math
+
+from exercise_harness import standard_tests
+from scalebook.exercises import evaluate
+
+N8, N70, N405 = 8_030_261_248, 70_553_706_496, 405_853_388_800
+C_H100 = 9.89e14                         # H100 dense bf16, FLOP/s
+HBM_V5P = 95 * 2**30                     # bytes
+DCN_H100 = 5e10                          # bytes/s per GPU
+
+
+def state_bytes(n_params, tp, fsdp, pp):
+    return 16 * n_params / (tp * fsdp * pp)
+
+
+def state_bytes_zero3_only(n_params, tp, fsdp, pp):     # forgot TP and PP
+    return 16 * n_params / fsdp
+
+
+def state_bytes_12(n_params, tp, fsdp, pp):             # no bf16 copy nor gradients
+    return 12 * n_params / (tp * fsdp * pp)
+
+
+def good_sharding(model, chip, n, B):
+    # hand-picked: TP inside a server or a small ICI group, FSDP for the rest
+    table = {("llama3-70b", "gpu-h100", 128): dict(tp=8, fsdp=8, dp=2, microbatches=16),
+             ("llama3-8b", "tpu-v5p", 256): dict(tp=1, fsdp=16, dp=16),
+             ("llama3-70b", "tpu-v5p", 1024): dict(tp=4, fsdp=8, dp=32, microbatches=2),
+             ("llama3-405b", "tpu-v5p", 4096): dict(tp=8, fsdp=64, dp=8, microbatches=4)}
+    return table[(model, chip, n)]
+
+
+def too_few_microbatches(model, chip, n, B):
+    d = dict(good_sharding(model, chip, n, B))
+    d["microbatches"] = 1
+    return d
+
+
+def wrong_product(model, chip, n, B):
+    return dict(tp=8, fsdp=8)
+
+
+def tp_too_wide(model, chip, n, B):
+    return dict(tp=16, fsdp=8, microbatches=16)
+
+
+def not_a_dict(model, chip, n, B):
+    return (8, 8, 1, 2)
+
+
+def comm_bound(model, chip, n, B):
+    # FSDP over all 128 GPUs, crossing the scale-out network for each of 4 microbatches
+    return dict(tp=1, fsdp=128, microbatches=4, remat="full") if chip == "gpu-h100" else \
+        good_sharding(model, chip, n, B)
+
+
+RIGHT = {
+    "6.1": 6 * N8 * 15e12,
+    "6.2": 6 * N405 * 15.6e12 / (16384 * C_H100 * 0.40) / 86400,
+    "6.3": math.ceil(16 * N405 / (0.9 * HBM_V5P)),
+    "6.4": 16 * N70 / 256 / 1e9,
+    "6.5": 2 * 0.75 * (2 * N70 / 8) / DCN_H100,
+    "6.6": 15 / 47,
+    "6.7": 6 * N405 * 2**24 / 7.0 / (16384 * C_H100),
+    "6.8": 6 * N70 * 15e12 / (7.0e6 * 3600 * C_H100),
+    "6.9": "dcn",
+    "6.11": good_sharding,
+    "6.12": state_bytes,
+}
+
+WRONG = {
+    "6.1": [2 * N8 * 15e12, 6 * N8 * 15e12 * 1.05],
+    "6.3": [math.ceil(16 * N405 / (0.9 * HBM_V5P)) - 1],
+    "6.9": ["compute", "nvlink"],
+    "6.11": [too_few_microbatches, wrong_product, not_a_dict],
+    "6.12": [state_bytes_zero3_only],
+}
+
+HINTS = {
+    "6.1": [(2 * N8 * 15e12, "forward pass only"), (4 * N8 * 15e12, "4 N N_tok")],
+    "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] * 0.4, "100% MFU"),
+            (RIGHT["6.2"] / 3, "not 2")],
+    "6.3": [(math.floor(16 * N405 / (0.9 * HBM_V5P)), "round up"),
+            (math.ceil(16 * N405 / HBM_V5P), "10% of HBM"),
+            (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),
+            (math.ceil(12 * N405 / (0.9 * HBM_V5P)), "12 bytes")],
+    "6.4": [((2 + 2) * N70 / 1e9 + 12 * N70 / 256 / 1e9, "ZeRO-1"),
+            (16 * N70 / 1e9, "divide by the 256"), (16 * N70 / 256 / 2**30, "GiB")],
+    "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
+            (2 * (2 * N70 / 8) / DCN_H100, "(n-1)/n"),
+            (RIGHT["6.5"] * DCN_H100 / (18 * 2.5e10), "scale-out network")],
+    "6.6": [(15 / 32, "useful work"), (32 / 47, "busy fraction")],
+    "6.7": [(RIGHT["6.7"] / 3, "not 2N"), (RIGHT["6.7"] * 16384, "all 16,384"),
+            (RIGHT["6.7"] * 100, "percentage")],
+    "6.8": [(RIGHT["6.8"] * 3600, "3600"), (RIGHT["6.8"] / 3, "not 2 N N_tok"),
+            (RIGHT["6.8"] * 100, "percentage")],
+    "6.9": [("compute", "per network"), ("nvlink", "inside a server")],
+    "6.10": [],
+    "6.11": [(not_a_dict, "return a dict"), (wrong_product, "must equal the number"),
+             (too_few_microbatches, "does not fit"), (comm_bound, "collectives take longer"),
+             (tp_too_wide, "fast domain")],
+    "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes")],
+}
+HINTS = {k: v for k, v in HINTS.items() if v}
+
+globals().update(standard_tests(6, RIGHT, WRONG, HINTS))
+
+
+def test_cost_of_the_chapter_plan():
+    # 6.10 depends on the planner's days; the bill is days x 24 x 4096 x $4.20
+    from scalebook import training
+    p = training.plan_training("llama3-70b", "tpu-v5p", 4096, 512 * 8192, 8192)
+    want = p.days * 24 * 4096 * 4.20
+    assert evaluate("6.10", want).correct
+    assert "x 24" in evaluate("6.10", want / 24).message
+    assert "one chip" in evaluate("6.10", want / 4096).message
