@@ -17,6 +17,7 @@ Modules (chapter that derives them)::
                   sharded decode loop, speculative decoding (7)
   inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
   parallelism     training parallelism: DP, FSDP/ZeRO, TP, 2D, pipeline, experts, context (5)
+  training        the training planner: plan_training, InfeasiblePlan, MFU from reports (6)
   serving         the serving planner: slice, batch, step time, tokens/s/chip, $/Mtok, Pareto (8)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
@@ -90,6 +91,8 @@ Formula or task -> function::
   ring attention block to hide the K/V permute    parallelism.ring_attention_min_block
   values kept per remat policy, PCIe offload time parallelism.mlp_saved_elements / offload_time
   DP across slices over DCN: tokens per slice     parallelism.dcn_critical_batch_per_slice
+  chips, sharding, days, cost of a training run  training.plan_training (TrainingPlan) / search_plans
+  MFU from throughput or reported GPU-hours      training.mfu_from_throughput / mfu_from_gpu_hours
 """
 
 from .mesh import make_mesh, setup
