@@ -267,7 +267,8 @@ def _min_chips(c, chip, sw, kv_seq, min_batch, hbm_fraction, sizes):
     return None
 
 
-def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction):
+def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction,
+                    capped=False):
     sw = _dtype(wname, "weights_dtype")
     w = _weight_bytes(c, sw)
     kv_seq = _inf.kv_bytes_per_sequence(c, T, "gqa", kvname)
@@ -277,9 +278,10 @@ def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction):
     return InfeasibleError(
         f"{c.name} in {wname} does not fit any slice of {chip.name} up to {top} chips: "
         f"{fmt_bytes(w)} of weights + {min_batch} x {fmt_bytes(kv_seq)} of KV cache at "
-        f"{T} tokens = {fmt_bytes(need)} > {fmt_bytes(have)} of HBM on {top} chips"
-        f"{'' if hbm_fraction == 1 else f' (x {hbm_fraction:g})'}; use fewer bytes per "
-        f"weight, a shorter context or a smaller min_batch")
+        f"{T} tokens = {fmt_bytes(need)} > {fmt_bytes(have)}, "
+        f"{'all' if hbm_fraction == 1 else f'{hbm_fraction:g}'} of the HBM of {top} chips; "
+        f"use fewer bytes per weight, a shorter context, a smaller min_batch"
+        f"{' or more chips (max_chips=)' if capped else ''}")
 
 
 def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
@@ -324,7 +326,10 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     if n_chips is None:
         n = _min_chips(c, chip, sw, kv_seq, min_b, f, sizes)
         if n is None:
-            raise _infeasible_fit(c, chip, weights_dtype, kv_dtype, T, min_b, sizes, f)
+            raise _infeasible_fit(c, chip, weights_dtype, kv_dtype, T, min_b, sizes, f,
+                                  capped=max_chips is not None and max_chips < (
+                                      64 if _coll.is_switched(chip)
+                                      else chip.ici_domain_chips or 256))
     else:
         n = check_positive_int("n_chips", n_chips)
     P = _stages(chip, n)
@@ -351,7 +356,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
             raise InfeasibleError(
                 f"a batch of {B} sequences of {T} tokens does not fit on {n} x {chip.name}: "
                 f"{fmt_bytes(fit.weights)} weights + {B} x {fmt_bytes(fit.kv_per_sequence)} KV "
-                f"> {fmt_bytes(fit.hbm)} of HBM (x {f:g}); at most {fit.max_batch} fit")
+                f"> {fmt_bytes(fit.hbm)}, {f:g} of the HBM; at most {fit.max_batch} fit")
         if B % step:
             raise ValueError(f"batch={B} must be a multiple of {step} (KV batch shards x "
                              f"pipeline stages on {n} x {chip.name})")

@@ -133,6 +133,12 @@ def test_does_not_fit_any_slice():
     with pytest.raises(InfeasibleError, match=r"does not fit any slice of tpu-v5e up to 16 "
                                               r"chips: 812 GB of weights"):
         serving.plan_serving("llama3-405b", "tpu-v5e", max_chips=16)
+    # the 0.9 is already applied to the HBM quoted: 8 x 80 GB x 0.9 = 576 GB
+    with pytest.raises(InfeasibleError, match=r"= 947 GB > 576 GB, 0.9 of the HBM of 8 chips; "
+                                              r".*or more chips \(max_chips=\)"):
+        serving.plan_serving("llama3-405b", "gpu-h100", max_chips=8)
+    with pytest.raises(InfeasibleError, match=r"> 230 GB, 0.9 of the HBM; at most 33 fit"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=16, batch=40)
     with pytest.raises(InfeasibleError, match=r"at most 33 fit"):
         serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=16, batch=40)
     with pytest.raises(InfeasibleError, match="do not fit"):
