@@ -271,6 +271,9 @@ def test_right_programs_pass(ex, answer):
     # section 5.4's specs (plus the gate) answer the other layout: weights gathered over x
     ("5.17", lambda B, D, F: (P("x", "y"), P("x", "y"), P("y", "x")), "'y' is the FSDP"),
     ("5.17", lambda B, D, F: (P("y", None), P("y", "x"), P("x", "y")), "1/8 of each weight"),
+    # pure TP over 8: cheaper than 2D for a small batch, but not the split asked for
+    ("5.17", lambda B, D, F: (P(None, ("y", "x")),) * 2 + (P(("y", "x"), None),),
+     "tensor parallelism over 'x' splits F"),
     ("5.17", lambda B, D, F: (P("x", "y"), P("y", "x")), "(spec_w_gate, spec_w_up"),
     ("5.17", lambda B, D, F: "x", "jax.P"),
     ("5.13", 42, "function"),

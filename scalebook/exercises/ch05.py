@@ -508,12 +508,22 @@ def _specs_collectives(records, case):
     B, D, F = case
     sent, bound = hlo.total_bytes(records), _best_2d_bytes(*case)
     if any(r.group_size == 8 for r in records):
-        return (f"a collective over all 8 devices gathers whole weights (it sends {sent:.0f} "
-                f"bytes per device; FSDP x TP here sends {bound:.0f}). Split each weight over "
-                f"both axes")
+        return (f"the program has a collective over all 8 devices (it sends "
+                f"{sent:.0f} bytes per device; FSDP x TP here sends {bound:.0f}). Split "
+                f"each weight's D over the batch's axis 'y' and its F over 'x'")
     if any(r.kind == "all-gather" and r.group_size == 2 for r in records):
         return ("weights are gathered over 'x': here the batch is split over 'y', so 'y' is "
                 "the FSDP axis (gather D over it) and 'x' the tensor-parallel one (split F)")
+    from .. import collectives
+    slab = collectives.ring_bytes("all-gather", D * F // 2 * 4, 4)   # a [D, F/2] weight
+    if any(r.kind == "all-gather" and not math.isclose(r.bytes_per_device, slab)
+           for r in records):
+        return ("an all-gather moves something other than one weight's [D, F/2] slab "
+                "over 'y': FSDP gathers weights, and tensor parallelism over 'x' splits F")
+    if any(r.kind in ("all-reduce", "reduce-scatter") and r.group_size != 2
+           for r in records):
+        return ("the partial outputs are summed over more than the 2 devices of 'x': "
+                "split F over 'x' only, D over 'y'")
     if sent > 1.001 * bound:
         return (f"it sends {sent:.0f} bytes per device, more than FSDP over 'y' x TP over "
                 f"'x' ({bound:.0f})")
