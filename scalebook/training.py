@@ -157,6 +157,7 @@ class TrainingPlan:
     price_per_hour: float | None
     considered: int = 0
     notes: tuple = field(default=())
+    fast_network: str = "ici"        # "nvlink" on a GPU
 
     @property
     def n_chips(self) -> int:
@@ -221,7 +222,9 @@ class TrainingPlan:
         if self.considered:
             lines.append(f"  (the fastest of {self.considered} configurations that fit)")
         for axis in ("tp", "fsdp", "pp", "dp"):
-            lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {self.networks[axis]:<6}  "
+            net = self.networks[axis]
+            net = self.fast_network if net == "ici" else net
+            lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {net:<6}  "
                          f"{self.reasons[axis]}")
         lim = self.hbm_fraction * self.hbm_bytes
         lines.append(f"  memory per chip {fmt_bytes(m.total)} of {fmt_bytes(lim)} usable "
@@ -426,7 +429,8 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
         collectives=_collectives(c, ch, deg, nets, B, M, remat),
         model_flops_per_step=model_flops, peak_flops=ch.bf16_flops,
         train_tokens=check_positive("train_tokens", train_tokens),
-        price_per_hour=ch.price_per_hour, considered=_considered, notes=tuple(notes))
+        price_per_hour=ch.price_per_hour, considered=_considered, notes=tuple(notes),
+        fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici")
 
 
 def check_plan(plan: TrainingPlan) -> None:
