@@ -54,15 +54,23 @@ def _dtype(name, arg):
 
 
 def slice_sizes(chip, max_chips: int | None = None) -> list[int]:
-    """Slice sizes the planner tries: powers of two up to the chip's fast-network domain on
-    a TPU (256 chips of v5e/v6e), and 1, 2, 4, 8 GPUs then whole 8-GPU nodes up to 64 GPUs
-    on a GPU (or up to ``max_chips``)."""
+    """Slice sizes the planner tries, up to ``max_chips``: on a TPU the slice shapes Cloud
+    TPU offers, powers of two up to the chip's fast-network domain (256 chips of v5e/v6e)
+    but no 2-chip slice (2D torus: 1x1, 2x2, 2x4, 4x4, ..., 16x16; 3D torus: from 2x2x1,
+    4 chips); on a GPU 1, 2, 4, 8 GPUs then whole 8-GPU nodes up to 64 GPUs."""
     chip = get_chip(chip)
     switched = _coll.is_switched(chip)
     if max_chips is None:
         max_chips = 64 if switched else (chip.ici_domain_chips or 256)
     top = check_positive_int("max_chips", max_chips)
-    return [2 ** i for i in range(int(math.log2(top)) + 1)]
+    sizes = [2 ** i for i in range(int(math.log2(top)) + 1)]
+    if not switched:
+        smallest = 4 if "3d" in chip.topology.lower() else 1
+        sizes = [n for n in sizes if n != 2 and n >= smallest]
+        if not sizes:
+            raise ValueError(f"max_chips={top}: the smallest {chip.name} slice has "
+                             f"{smallest} chips")
+    return sizes
 
 
 def slice_axes(chip, n_chips: int) -> tuple[int, ...]:

@@ -176,3 +176,18 @@ def test_bad_input():
             serving.plan_serving("llama3-70b", "tpu-v5e", **kw)
     with pytest.raises(ValueError, match="latency_target"):
         serving.cheapest_plan(serving.candidate_plans("llama3-8b", "tpu-v5e"), "fast")
+
+
+def test_slice_sizes_are_offered_shapes():
+    # Cloud TPU v5e/v6e slices: 1x1, 2x2, 2x4, 4x4, ..., 16x16 (no 2-chip slice); v5p from
+    # 2x2x1; GPUs: 1, 2, 4, 8, then whole nodes.
+    assert serving.slice_sizes("tpu-v5e") == [1, 4, 8, 16, 32, 64, 128, 256]
+    assert serving.slice_sizes("tpu-v6e", max_chips=8) == [1, 4, 8]
+    assert serving.slice_sizes("tpu-v5p", max_chips=64) == [4, 8, 16, 32, 64]
+    assert serving.slice_sizes("gpu-h100") == [1, 2, 4, 8, 16, 32, 64]
+    assert all(p.n_chips != 2 for p in serving.candidate_plans(MODELS, ["tpu-v5e", "tpu-v6e"]))
+    # 8B in bf16 with 32 caches of 8192 tokens (50 GB) on v6e: 2 chips (57.6 GB) would hold
+    # it, but the smallest slice that exists is 4 chips
+    assert serving.plan_serving("llama3-8b", "tpu-v6e").n_chips == 4
+    with pytest.raises(ValueError, match="smallest tpu-v5p slice has 4 chips"):
+        serving.slice_sizes("tpu-v5p", max_chips=2)
