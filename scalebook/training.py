@@ -39,8 +39,10 @@ microbatch, split over tp and the stage's layers, times the microbatches in flig
 parallelism.pipeline_activation_microbatches). A plan fits when the total is at most
 ``hbm_fraction`` of the chip's HBM (default 0.9: the rest for the compiler's temporaries).
 
-The search tries every (n_tp, n_pp, n_fsdp, n_dp, N_mb, remat) that divides the chips and
-the model, keeps those that fit, and picks the shortest step (ties: less memory). A
+The search tries every (n_tp, n_pp, n_fsdp, n_dp, remat) that divides the chips and the
+model (TP within one fast domain), with the fewest microbatches that fit, keeps those that
+fit, and picks the shortest step; among equal steps (compute-bound ones tie), the one whose
+busiest network has the most slack, then the least memory. A
 configuration that cannot fit raises :class:`InfeasiblePlan`, which says by how much and
 what would fit.
 """

@@ -80,9 +80,6 @@ def test_pipeline_bubble_and_uneven_stages():
                          seq_len=8192, microbatches=32)
     assert p.bubble == pytest.approx(15 / (32 + 15))
     # 126 layers on 16 stages: 8 per stage, the compute runs as if 128 layers
-    base = tr.evaluate_plan("llama3-405b", h100, tp=8, fsdp=64, pp=16, global_batch_tokens=2**24,
-                            seq_len=8192, microbatches=32)
-    assert base.compute_seconds == pytest.approx(p.compute_seconds)
     flops = p.model_flops_per_step / 8192 / 9.89e14
     assert p.compute_seconds == pytest.approx(flops * 128 / 126 / (1 - 15 / 47))
     assert any("8 per stage" in n for n in p.notes)
@@ -138,9 +135,11 @@ def test_gpu_tensor_parallelism_stays_in_the_nvlink_domain():
 
 
 def test_405b_search_is_fast():
-    t = time.perf_counter()
-    tr.plan_training("llama3-405b", "tpu-v5p", 8960, 2**24 // 8192 * 8192 // 2048 * 2048, 8192)
-    assert time.perf_counter() - t < 1.0
+    # CPU time of this process, so that other jobs on the machine do not count
+    t = time.process_time()
+    p = tr.plan_training("llama3-405b", "tpu-v5p", 8960, 2**24, 8192)
+    assert time.process_time() - t < 1.0
+    assert p.n_chips == 8960 and p.fits
 
 
 def test_pinned_degrees_are_kept():
