@@ -204,3 +204,15 @@ def test_published_h200_figure_brackets_the_bound():
                                     compute_dtype="fp8").tokens_per_s
     assert bound(8192) < 24_000 < bound(4096) < bound(2048)
     assert 0.4 < 24_000 / bound(2048) < 0.5
+
+
+def test_pareto_front_is_complete(plans):
+    # every plan left off the front is matched or beaten on both axes by a front plan (the
+    # monotone test above only checks that front plans are not beaten)
+    front = serving.pareto_front(plans)
+    for p in plans:
+        assert any(f.step_time <= p.step_time
+                   and f.tokens_per_s_per_chip >= p.tokens_per_s_per_chip for f in front)
+    # a plan that beats the whole front on latency joins it
+    fastest = serving.fastest_plan(plans)
+    assert front[0].step_time == fastest.step_time
