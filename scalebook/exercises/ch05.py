@@ -242,9 +242,9 @@ register(NumericExercise(
     id="5.12", title="The best FSDP degree of a 2D split", unit="chips", reference=_ex12,
     rtol=0.05,
     hints=[
-        (lambda a: _close(a, 8192 / _ex12()), "that is Y = N / X*, the tensor-parallel degree."),
+        (lambda a: _close(a, 8192 / _ex12()), "that is Y = n / X*, the tensor-parallel degree."),
         (lambda a: _close(a, math.sqrt(2 ** 24 / get_model("llama3-405b").d_ff)),
-         "X* = sqrt(B N / F): the chips N belong under the root too."),
+         "X* = sqrt(B n / F): the chips n belong under the root too."),
     ],
 ))
 
