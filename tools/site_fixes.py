@@ -113,16 +113,35 @@ def _build_finished(app, exc):
 # ---- figures ---------------------------------------------------------------------------
 
 def png_description(path: Path) -> str | None:
-    """The figure description scalebook.setup() stores in a PNG (tEXt 'Description')."""
-    try:
-        from PIL import Image
+    """The figure description scalebook.setup() stores in a PNG (a tEXt or iTXt chunk
+    'Description'), read with the standard library (the venv has no PIL)."""
+    import struct
+    import zlib
 
-        with Image.open(path) as im:
-            text = getattr(im, "text", {}) or im.info
-            desc = text.get("Description")
-    except Exception:
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
         return None
-    return desc.strip() if isinstance(desc, str) and desc.strip() else None
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return None
+    pos = 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"tEXt" and body.startswith(b"Description\0"):
+            desc = body.split(b"\0", 1)[1].decode("latin-1")
+        elif kind == b"iTXt" and body.startswith(b"Description\0"):
+            rest = body.split(b"\0", 1)[1]
+            compressed, rest = rest[0], rest[2:]
+            text = rest.split(b"\0", 2)[2]           # after language tag and keyword
+            desc = (zlib.decompress(text) if compressed else text).decode("utf-8")
+        elif kind == b"IEND":
+            return None
+        else:
+            continue
+        return desc.strip() or None
+    return None
 
 
 class NotebookFigures(SphinxTransform):
