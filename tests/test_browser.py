@@ -192,6 +192,14 @@ def test_every_page_in_a_real_browser(measured):
     assert not problems, "\n".join(problems[:60])
 
 
+def test_every_figure_has_real_alt_text(measured):
+    """tools/site_fixes.py gives a notebook's figure the description scalebook.setup() stored
+    in its PNG; a figure whose alt is its file name means that chain broke."""
+    problems = [f"{page}: image without real alt text: {a}"
+                for page, (_, m) in measured.items() for a in m["noAlt"]]
+    assert not problems, "\n".join(problems[:40])
+
+
 # Every figure has its alt text (tools/site_fixes.py reads it from the PNG) and 88/100-character
 # lines fit the desktop column (book.css). Known to fail on four blocks only: two lines of the
 # package's formula index on the API page, chapter 3's exempted HLO listing (tests/test_width.py)
