@@ -66,7 +66,7 @@ RIGHT = {
     "6.3": math.ceil(16 * N405 / (0.9 * HBM_V5P)),
     "6.4": 16 * N70 / 256 / 1e9,
     "6.5": 2 * 0.75 * (2 * N70 / 8) / DCN_H100,
-    "6.6": 15 / 47,
+    "6.6": 15 / 79,
     "6.7": 6 * N405 * 2**24 / 7.0 / (16384 * C_H100),
     "6.8": 6 * N70 * 15e12 / (7.0e6 * 3600 * C_H100),
     "6.9": "dcn",
@@ -75,7 +75,7 @@ RIGHT = {
 }
 
 WRONG = {
-    "6.1": [2 * N8 * 15e12, 6 * N8 * 15e12 * 1.05],
+    "6.1": [2 * N8 * 15e12, 6 * N8 * 15e12 * 1.05, 6 * 8e9 * 15e12],
     "6.3": [math.ceil(16 * N405 / (0.9 * HBM_V5P)) - 1],
     "6.9": ["compute", "nvlink"],
     "6.11": [too_few_microbatches, wrong_product, not_a_dict],
@@ -95,7 +95,7 @@ HINTS = {
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
             (2 * (2 * N70 / 8) / DCN_H100, "(n-1)/n"),
             (RIGHT["6.5"] * DCN_H100 / (18 * 2.5e10), "scale-out network")],
-    "6.6": [(15 / 32, "useful work"), (32 / 47, "busy fraction")],
+    "6.6": [(15 / 64, "useful work"), (64 / 79, "busy fraction")],
     "6.7": [(RIGHT["6.7"] / 3, "not 2N"), (RIGHT["6.7"] * 16384, "all 16,384"),
             (RIGHT["6.7"] * 100, "percentage")],
     "6.8": [(RIGHT["6.8"] * 3600, "3600"), (RIGHT["6.8"] / 3, "not 2 N N_tok"),
@@ -113,10 +113,10 @@ globals().update(standard_tests(6, RIGHT, WRONG, HINTS))
 
 
 def test_cost_of_the_chapter_plan():
-    # 6.10 depends on the planner's days; the bill is days x 24 x 4096 x $4.20
+    # 6.10 depends on the planner's days; the bill is days x 24 x 8192 x $4.20
     from scalebook import training
-    p = training.plan_training("llama3-70b", "tpu-v5p", 4096, 512 * 8192, 8192)
-    want = p.days * 24 * 4096 * 4.20
+    p = training.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
+    want = p.days * 24 * 8192 * 4.20
     assert evaluate("6.10", want).correct
     assert "x 24" in evaluate("6.10", want / 24).message
-    assert "one chip" in evaluate("6.10", want / 4096).message
+    assert "one chip" in evaluate("6.10", want / 8192).message

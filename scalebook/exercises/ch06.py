@@ -33,7 +33,7 @@ def _flops_8b():
 
 
 register(NumericExercise(
-    id="6.1", title="Training FLOPs of 8B", unit="FLOPs", rtol=0.02, reference=_flops_8b,
+    id="6.1", title="Training FLOPs of 8B", unit="FLOPs", rtol=0.002, reference=_flops_8b,
     hints=[
         (lambda a: _close(a, _flops_8b() / 3), "that is 2 N N_tok, the forward pass only: the "
                                               "backward pass costs twice the forward."),
@@ -131,14 +131,14 @@ register(NumericExercise(
 
 # 6.6 ------------------------------------------------------------------------------------
 def _bubble():
-    return par.bubble_fraction(16, 32)
+    return par.bubble_fraction(16, 64)
 
 
 register(NumericExercise(
     id="6.6", title="The bubble of 16 stages", unit="fraction (0 to 1)", rtol=0.01,
     reference=_bubble,
     hints=[
-        (lambda a: _close(a, 15 / 32, 0.01), "(P - 1) / N_mb is the bubble relative to the "
+        (lambda a: _close(a, 15 / 64, 0.01), "(P - 1) / N_mb is the bubble relative to the "
                                              "useful work; as a fraction of the whole step "
                                              "divide by N_mb + P - 1."),
         (lambda a: _close(a, 1 - _bubble(), 0.01), "that is the busy fraction; the bubble "
@@ -182,7 +182,7 @@ register(NumericExercise(
 
 # 6.9 ------------------------------------------------------------------------------------
 def _bound_choice():
-    return tr.evaluate_plan("llama3-70b", "gpu-h100", tp=8, fsdp=8, dp=32,
+    return tr.evaluate_plan("llama3-70b", "gpu-h100", tp=8, fsdp=16, dp=16,
                             global_batch_tokens=2**22, seq_len=8192).bound
 
 
@@ -196,16 +196,16 @@ register(ChoiceExercise(
 
 
 # 6.10 -----------------------------------------------------------------------------------
-def _cost_70b():
-    p = tr.plan_training("llama3-70b", "tpu-v5p", 4096, 512 * 8192, 8192)
-    return p.days * 24 * 4096 * get_chip("tpu-v5p").price_per_hour
+def _cost_405b():
+    p = tr.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
+    return p.days * 24 * 8192 * get_chip("tpu-v5p").price_per_hour
 
 
 register(NumericExercise(
-    id="6.10", title="The bill for 70B", unit="dollars", rtol=0.02, reference=_cost_70b,
+    id="6.10", title="The bill for 405B", unit="dollars", rtol=0.02, reference=_cost_405b,
     hints=[
-        (lambda a: _close(a, _cost_70b() / 24), "the price is per chip-hour: days x 24."),
-        (lambda a: _close(a, _cost_70b() / 4096), "that is one chip: multiply by the 4096."),
+        (lambda a: _close(a, _cost_405b() / 24), "the price is per chip-hour: days x 24."),
+        (lambda a: _close(a, _cost_405b() / 8192), "that is one chip: multiply by the 8192."),
     ],
 ))
 
