@@ -149,6 +149,14 @@ class NotebookFigures(SphinxTransform):
 
     default_priority = 400
 
+    def _find(self, uri: str) -> Path:
+        """The PNG file behind an image node: myst-nb writes a notebook's outputs to
+        jupyter_execute/ beside the html folder (wherever --path-output puts it)."""
+        candidates = [Path(uri)] if Path(uri).is_absolute() else [
+            Path(self.env.srcdir, uri), Path(self.env.srcdir, self.env.docname).parent / uri]
+        candidates.append(Path(self.app.outdir).parent / "jupyter_execute" / Path(uri).name)
+        return next((c for c in candidates if c.exists()), candidates[-1])
+
     def apply(self):
         for image in list(self.document.findall(nodes.image)):
             uri = image.get("uri", "")
@@ -157,10 +165,7 @@ class NotebookFigures(SphinxTransform):
             if not _in_cell_output(image):
                 continue
             alt = image.get("alt")
-            path = Path(self.env.srcdir, uri) if not Path(uri).is_absolute() else Path(uri)
-            if not path.exists():
-                path = Path(self.env.srcdir) / Path(self.env.docname).parent / uri
-            desc = png_description(path)
+            desc = png_description(self._find(uri))
             if alt and alt != uri and not alt.endswith((".png", ".svg", ".jpg")):
                 desc = desc or alt
             if not desc:
