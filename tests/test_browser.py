@@ -99,10 +99,21 @@ MEASURE = """() => {
                 + ' px: ' + el.innerText.slice(0, 60).replace(/\\n/g, ' '));
     }
   }
+  const wideMath = [];
+  for (const el of document.querySelectorAll('.bd-article mjx-container[display="true"]')) {
+    const inner = el.firstElementChild;
+    const w = inner ? inner.getBoundingClientRect().width : el.scrollWidth;
+    if (el.clientWidth > 0 && (w > el.clientWidth + 1 || el.scrollWidth > el.clientWidth + 1)) {
+      const sec = el.closest('section');
+      wideMath.push(Math.round(w) + ' > ' + el.clientWidth + ' px in section #'
+                    + (sec ? sec.id : '?'));
+    }
+  }
   const article = document.querySelector('.bd-article');
   const page = document.documentElement;
   return {
     wide,
+    wideMath,
     pageOverflow: page.scrollWidth - page.clientWidth,
     mathSource: document.querySelectorAll('.bd-article .math').length,
     mathRendered: document.querySelectorAll('.bd-article .math mjx-container').length,
@@ -212,6 +223,29 @@ def test_figures_have_alt_text_and_code_fits_its_column(measured):
         problems += [f"{page}: image without real alt text: {a}" for a in m["noAlt"]]
         problems += [f"{page}: wider than its column: {w}" for w in m["wide"]]
     assert not problems, "\n".join(problems[:60])
+
+
+@pytest.mark.xfail(strict=False, reason="being fixed chapter by chapter this session")
+def test_display_equations_fit_the_column(measured):
+    """A display equation wider than the desktop column scrolls inside itself: break it
+    over lines (aligned) instead."""
+    problems = [f"{page}: display equation {w}"
+                for page, (_, m) in measured.items() for w in m["wideMath"]]
+    assert not problems, "\n".join(problems[:40])
+
+
+@pytest.mark.xfail(strict=False, reason="being fixed chapter by chapter this session")
+def test_display_equations_fit_a_phone(browser, server):
+    """At phone width too, on every chapter and solutions page."""
+    base, html = server
+    problems, external = [], set()
+    for page in pages(html):
+        if not page.startswith(("notebooks/", "solutions/")):
+            continue
+        ctx, pg = open_page(browser, base, page, WIDTHS["phone"], problems, external)
+        problems += [f"{page}: display equation {w}" for w in pg.evaluate(MEASURE)["wideMath"]]
+        ctx.close()
+    assert not problems, "\n".join(problems[:40])
 
 
 def test_phone_width_and_screenshots(browser, server, tmp_path):

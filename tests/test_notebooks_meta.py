@@ -79,12 +79,31 @@ def test_cells_are_run_and_outputs_clean(path):
                 f"cell {i} shows a path of this machine"
 
 
+# The first line of a cell whose output nbval does not compare is a comment that says what
+# in the output changes from run to run (a timing, a measurement, ...), in a sentence.
+IGNORE_REASON = re.compile(r"^# .*\b(differ|differs|change|changes|vary|varies|random|"
+                           r"measured|measurement|wall-clock|timings?)\b", re.IGNORECASE)
+
+
 @pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_ignored_outputs_say_why(path):
     for i, cell in enumerate(load(path)["cells"]):
         tags = cell.get("metadata", {}).get("tags", [])
         if "nbval-ignore-output" in tags or "nbval-skip" in tags:
-            assert "#" in src(cell).split("\n")[0] or "# " in src(cell), f"cell {i}: say why its output is ignored"
+            first = src(cell).split("\n")[0]
+            assert IGNORE_REASON.search(first) and len(first.split()) >= 5, \
+                f"cell {i}: its first line must be a comment saying what changes run to run"
+
+
+@pytest.mark.parametrize("first, ok", [
+    ("# Timings: excluded from nbval's output comparison (they differ on every run).", True),
+    ("# a wall-clock time on this machine: it changes from run to run", True),
+    ("# noqa", False),
+    ("# see above", False),
+    ("x = 1  # timings", False),
+])
+def test_the_ignore_reason_rule_itself(first, ok):
+    assert bool(IGNORE_REASON.search(first) and len(first.split()) >= 5) == ok
 
 
 def _cells_of_kind(path, kind):
