@@ -1,7 +1,9 @@
 """Timing helpers: measure what the machine running the notebook really does.
 
 Timings differ from run to run and machine to machine, so notebook cells that print them
-are excluded from nbval's output comparison (tag ``nbval-ignore-output``).
+are excluded from nbval's output comparison (tag ``nbval-ignore-output``). What is measured
+(each operation's name, FLOPs and bytes) does not change: :func:`roofline_operations` lists
+it without timing anything, so a notebook can print that part in a compared cell.
 """
 
 from __future__ import annotations
@@ -12,19 +14,33 @@ from dataclasses import dataclass
 
 from .units import check_positive_int
 
-__all__ = ["Measurement", "time_call", "measure_matmul", "measure_elementwise", "measure_roofline"]
+__all__ = ["Operation", "Measurement", "matmul_operation", "elementwise_operation",
+           "roofline_operations", "time_call", "measure_matmul", "measure_elementwise",
+           "measure_roofline"]
+
+
+MATMUL_SIZES = (32, 64, 128, 256, 512, 1024)
+VECTOR_SIZES = (2**20, 2**22, 2**24)
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Operation:
+    """What one measurement runs: its name, FLOPs and HBM bytes (no timing)."""
+
     name: str
     flops: float
     nbytes: float
-    seconds: float
 
     @property
     def intensity(self) -> float:
         return self.flops / self.nbytes
+
+
+@dataclass(frozen=True)
+class Measurement(Operation):
+    """An :class:`Operation` and the median wall time it took."""
+
+    seconds: float = 0.0
 
     @property
     def flops_per_second(self) -> float:
@@ -50,19 +66,45 @@ def time_call(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def measure_matmul(n: int, dtype="float32", repeats: int = 5) -> Measurement:
-    """Time an n x n by n x n matmul on the default device: 2 n^3 FLOPs, 3 n^2 elements moved."""
-    import jax
+def matmul_operation(n: int, dtype="float32") -> Operation:
+    """An n x n by n x n matmul: 2 n^3 FLOPs, 3 n^2 elements moved (intensity n / 6 in f32)."""
     import jax.numpy as jnp
 
     n = check_positive_int("n", n)
+    return Operation(f"matmul {n}x{n}", 2.0 * n**3, 3.0 * n * n * jnp.dtype(dtype).itemsize)
+
+
+def elementwise_operation(n: int, dtype="float32") -> Operation:
+    """y = 2 x + 1 over n elements: 2 FLOPs per element, n read and n written (0.25 in f32)."""
+    import jax.numpy as jnp
+
+    n = check_positive_int("n", n)
+    return Operation(f"2x+1 on {n:,}", 2.0 * n, 2.0 * n * jnp.dtype(dtype).itemsize)
+
+
+def roofline_operations(matmul_sizes=MATMUL_SIZES, vector_sizes=VECTOR_SIZES,
+                        dtype="float32") -> list[Operation]:
+    """The operations :func:`measure_roofline` times, in its order, without timing them."""
+    return ([matmul_operation(n, dtype) for n in matmul_sizes]
+            + [elementwise_operation(n, dtype) for n in vector_sizes])
+
+
+def _timed(op: Operation, seconds: float) -> Measurement:
+    return Measurement(op.name, op.flops, op.nbytes, seconds)
+
+
+def measure_matmul(n: int, dtype="float32", repeats: int = 5) -> Measurement:
+    """Time an n x n by n x n matmul on the default device (see :func:`matmul_operation`)."""
+    import jax
+    import jax.numpy as jnp
+
+    op = matmul_operation(n, dtype)
     dt = jnp.dtype(dtype)
     k1, k2 = jax.random.split(jax.random.key(0))
     a = jax.random.normal(k1, (n, n), dt)
     b = jax.random.normal(k2, (n, n), dt)
     f = jax.jit(jnp.matmul)
-    seconds = time_call(f, a, b, repeats=repeats)
-    return Measurement(f"matmul {n}x{n}", 2.0 * n**3, 3.0 * n * n * dt.itemsize, seconds)
+    return _timed(op, time_call(f, a, b, repeats=repeats))
 
 
 def measure_elementwise(n: int, dtype="float32", repeats: int = 5) -> Measurement:
@@ -74,7 +116,7 @@ def measure_elementwise(n: int, dtype="float32", repeats: int = 5) -> Measuremen
     import jax
     import jax.numpy as jnp
 
-    n = check_positive_int("n", n)
+    op = elementwise_operation(n, dtype)
     dt = jnp.dtype(dtype)
     f = jax.jit(lambda x: x * 2 + 1, donate_argnums=0)
     x = jnp.zeros((n,), dt)
@@ -84,12 +126,15 @@ def measure_elementwise(n: int, dtype="float32", repeats: int = 5) -> Measuremen
         t0 = time.perf_counter()
         x = jax.block_until_ready(f(x))
         times.append(time.perf_counter() - t0)
-    return Measurement(f"2x+1 on {n:.0e}", 2.0 * n, 2.0 * n * dt.itemsize, statistics.median(times))
+    return _timed(op, statistics.median(times))
 
 
-def measure_roofline(matmul_sizes=(32, 64, 128, 256, 512, 1024), vector_sizes=(2**20, 2**22, 2**24),
+def measure_roofline(matmul_sizes=MATMUL_SIZES, vector_sizes=VECTOR_SIZES,
                      repeats: int = 5) -> list[Measurement]:
-    """Matmuls of growing size (rising intensity) and large elementwise ops (intensity 0.25)."""
+    """Matmuls of growing size (rising intensity) and large elementwise ops (intensity 0.25).
+
+    Times exactly the operations of :func:`roofline_operations`, in the same order.
+    """
     out = [measure_matmul(n, repeats=repeats) for n in matmul_sizes]
     out += [measure_elementwise(n, repeats=repeats) for n in vector_sizes]
     return out

@@ -10,11 +10,15 @@ HBM and the compute units and sends ``comm_bytes`` over a link takes at least
 and the whole operation takes between ``max`` of these (perfect overlap: the lower
 bound) and their ``sum`` (no overlap: the upper bound).
 
-For the matmul ``X[B, D] @ Y[D, F]``:
+For the matmul ``X[B, D] @ W[D, F]``:
 
     FLOPs = 2 B D F                       (one multiply and one add per term)
     bytes = s (B D + D F + B F)           (read X and Y, write the result; s bytes/element)
     intensity = FLOPs / bytes  ~  B       when B << D, F and s = 2
+
+and when every token has its own matrix, ``X[B, D]`` with ``W[B, D, F]``:
+
+    bytes = s (B D + B D F + B F),  intensity = 2 D F / (s (D + D F + F)) < 2 / s, whatever B
 
 All times are in seconds, sizes in bytes, rates in bytes/s or FLOP/s.
 """
@@ -30,6 +34,7 @@ from .units import check_nonnegative, check_positive, check_positive_int
 __all__ = [
     "Bounds", "compute_time", "memory_time", "comm_time", "time_bounds", "arithmetic_intensity",
     "matmul_flops", "matmul_bytes", "matmul_intensity", "dot_flops", "dot_bytes",
+    "batched_matmul_flops", "batched_matmul_bytes", "batched_matmul_intensity",
     "critical_batch", "tiled_matmul_bytes", "tiled_matmul_intensity",
     "contraction_split_times", "min_contraction_to_hide_comm", "attainable_flops",
 ]
@@ -97,17 +102,17 @@ def _dims(**dims) -> list[int]:
 
 
 def matmul_flops(B: int, D: int, F: int) -> int:
-    """FLOPs of X[B, D] @ Y[D, F]: 2 B D F."""
+    """FLOPs of X[B, D] @ W[D, F]: 2 B D F."""
     B, D, F = _dims(B=B, D=D, F=F)
     return 2 * B * D * F
 
 
 def matmul_bytes(B: int, D: int, F: int, bytes_per_element: float = 2,
                  weight_bytes_per_element: float | None = None) -> float:
-    """HBM bytes of X[B, D] @ Y[D, F] when each array crosses HBM exactly once.
+    """HBM bytes of X[B, D] @ W[D, F] when each array crosses HBM exactly once.
 
     ``bytes_per_element`` applies to X and to the output; ``weight_bytes_per_element``
-    (default: the same) to Y, e.g. 1 for int8 weights with bf16 activations.
+    (default: the same) to W, e.g. 1 for int8 weights with bf16 activations.
     """
     B, D, F = _dims(B=B, D=D, F=F)
     s = check_positive("bytes_per_element", bytes_per_element)
@@ -118,23 +123,43 @@ def matmul_bytes(B: int, D: int, F: int, bytes_per_element: float = 2,
 
 def matmul_intensity(B: int, D: int, F: int, bytes_per_element: float = 2,
                      weight_bytes_per_element: float | None = None) -> float:
-    """Arithmetic intensity (FLOPs/byte) of X[B, D] @ Y[D, F]."""
+    """Arithmetic intensity (FLOPs/byte) of X[B, D] @ W[D, F]."""
     return matmul_flops(B, D, F) / matmul_bytes(B, D, F, bytes_per_element, weight_bytes_per_element)
 
 
-def dot_flops(N: int) -> int:
-    """FLOPs of a dot product of two N-vectors, counted as N multiplies and N adds."""
-    return 2 * check_positive_int("N", N)
+def dot_flops(D: int) -> int:
+    """FLOPs of a dot product of two D-vectors, counted as D multiplies and D adds."""
+    return 2 * check_positive_int("D", D)
 
 
-def dot_bytes(N: int, bytes_per_element: float = 2) -> float:
-    """Bytes of a dot product: read two N-vectors, write one scalar."""
-    return check_positive("bytes_per_element", bytes_per_element) * (2 * check_positive_int("N", N) + 1)
+def dot_bytes(D: int, bytes_per_element: float = 2) -> float:
+    """Bytes of a dot product: read two D-vectors, write one scalar."""
+    return check_positive("bytes_per_element", bytes_per_element) * (2 * check_positive_int("D", D) + 1)
+
+
+def batched_matmul_flops(B: int, D: int, F: int) -> int:
+    """FLOPs of X[B, D] with W[B, D, F] (each token its own matrix, einsum bd,bdf->bf): 2 B D F."""
+    return matmul_flops(B, D, F)
+
+
+def batched_matmul_bytes(B: int, D: int, F: int, bytes_per_element: float = 2) -> float:
+    """HBM bytes of X[B, D] with W[B, D, F] -> [B, F]: s (B D + B D F + B F).
+
+    Each of the B weight matrices is read once and used by one token only.
+    """
+    B, D, F = _dims(B=B, D=D, F=F)
+    s = check_positive("bytes_per_element", bytes_per_element)
+    return s * (B * D + B * D * F + B * F)
+
+
+def batched_matmul_intensity(B: int, D: int, F: int, bytes_per_element: float = 2) -> float:
+    """FLOPs/byte of X[B, D] with W[B, D, F]: 2 D F / (s (D + D F + F)), the same for any B."""
+    return batched_matmul_flops(B, D, F) / batched_matmul_bytes(B, D, F, bytes_per_element)
 
 
 def critical_batch(D: int, F: int, chip, bytes_per_element: float = 2,
                    weight_bytes_per_element: float | None = None, dtype: str = "bf16") -> int:
-    """Smallest integer B for which X[B, D] @ Y[D, F] is compute-bound on ``chip``.
+    """Smallest integer B for which X[B, D] @ W[D, F] is compute-bound on ``chip``.
 
     Solves 2 B D F >= I (s B D + s_w D F + s B F) for B, where I is the chip's critical
     intensity for ``dtype``. Raises ValueError when no batch is large enough (the
@@ -152,7 +177,7 @@ def critical_batch(D: int, F: int, chip, bytes_per_element: float = 2,
     b, c = s * (D + F), sw * D * F
     denom = a - I * b
     if denom <= 0:
-        raise ValueError(f"X[B, {D}] @ Y[{D}, {F}] never becomes compute-bound on {chip.name}: "
+        raise ValueError(f"X[B, {D}] @ W[{D}, {F}] never becomes compute-bound on {chip.name}: "
                          f"its intensity approaches {a / b:.4g} FLOPs/byte as B grows, below the "
                          f"critical intensity {I:.4g}")
     B = max(1, math.ceil(I * c / denom))
@@ -171,10 +196,10 @@ def critical_batch(D: int, F: int, chip, bytes_per_element: float = 2,
 
 def tiled_matmul_bytes(B: int, D: int, F: int, tile_b: int, tile_f: int,
                        bytes_per_element: float = 2) -> float:
-    """HBM bytes of X[B, D] @ Y[D, F] computed one output tile [tile_b, tile_f] at a time.
+    """HBM bytes of X[B, D] @ W[D, F] computed one output tile [tile_b, tile_f] at a time.
 
-    Each output tile needs a [tile_b, D] strip of X and a [D, tile_f] strip of Y, read
-    from HBM for that tile; so X is read ceil(F / tile_f) times and Y ceil(B / tile_b)
+    Each output tile needs a [tile_b, D] strip of X and a [D, tile_f] strip of W, read
+    from HBM for that tile; so X is read ceil(F / tile_f) times and W ceil(B / tile_b)
     times, and the output is written once.
     """
     B, D, F, tb, tf = _dims(B=B, D=D, F=F, tile_b=tile_b, tile_f=tile_f)
@@ -193,7 +218,7 @@ def tiled_matmul_intensity(B: int, D: int, F: int, tile_b: int, tile_f: int,
 def contraction_split_times(B: int, D: int, F: int, chip, n_chips: int = 2,
                             bytes_per_element: float = 2, dtype: str = "bf16",
                             bandwidth: float | None = None) -> Bounds:
-    """X[B, D] @ Y[D, F] with D split over ``n_chips`` chips in a ring, summed by all-reduce.
+    """X[B, D] @ W[D, F] with D split over ``n_chips`` chips in a ring, summed by all-reduce.
 
     Each chip multiplies its [B, D/n] and [D/n, F] blocks (2 B D F / n FLOPs), then a ring
     all-reduce of the [B, F] partial sums sends 2 (n - 1) / n * B F s bytes per chip over

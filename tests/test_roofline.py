@@ -22,6 +22,48 @@ def test_matmul_counts_match_xla_cost_analysis(B, D, F):
     assert cost["bytes accessed"] == rl.matmul_bytes(B, D, F, bytes_per_element=4)
 
 
+@pytest.mark.parametrize("B,D,F", [(8, 64, 128), (16, 256, 96), (3, 100, 70)])
+def test_batched_matmul_counts_match_xla_cost_analysis(B, D, F):
+    """Each token its own matrix, einsum bd,bdf->bf: XLA counts 2BDF FLOPs, s(BD+BDF+BF) bytes."""
+    f = lambda x, w: jnp.einsum("bd,bdf->bf", x, w)
+    compiled = jax.jit(f).lower(jax.ShapeDtypeStruct((B, D), jnp.float32),
+                                jax.ShapeDtypeStruct((B, D, F), jnp.float32)).compile()
+    cost = compiled.cost_analysis()
+    assert cost["flops"] == rl.batched_matmul_flops(B, D, F) == 2 * B * D * F
+    assert cost["bytes accessed"] == rl.batched_matmul_bytes(B, D, F, bytes_per_element=4)
+
+
+def test_batched_matmul_intensity_does_not_grow_with_the_batch():
+    for s in (1, 2, 4):
+        values = [rl.batched_matmul_intensity(B, 8192, 28672, s) for B in (1, 7, 64, 4096)]
+        assert max(values) - min(values) < 1e-12 * values[0]
+        assert values[0] == 2 * 8192 * 28672 / (s * (8192 + 8192 * 28672 + 28672)) < 2 / s
+        # with one token it is the ordinary matmul
+        assert math.isclose(values[0], rl.matmul_intensity(1, 8192, 28672, s))
+    with pytest.raises(ValueError, match="B must be a positive integer"):
+        rl.batched_matmul_bytes(0, 2, 3)
+
+
+def test_dot_product_counts():
+    assert rl.dot_flops(1000) == 2000 and rl.dot_bytes(1000) == 2 * 2001
+    assert rl.dot_bytes(1000, bytes_per_element=4) == 4 * 2001
+    with pytest.raises(ValueError, match="D must be a positive integer"):
+        rl.dot_flops(0)
+
+
+def test_measured_operations_are_listed_without_timing():
+    from scalebook import measure
+
+    ops = measure.roofline_operations()
+    assert [o.intensity for o in ops[:6]] == [n / 6 for n in measure.MATMUL_SIZES]
+    assert all(o.intensity == 0.25 for o in ops[6:]) and len(ops) == 9
+    timed = measure.measure_roofline(matmul_sizes=(8, 16), vector_sizes=(1024,), repeats=1)
+    listed = measure.roofline_operations(matmul_sizes=(8, 16), vector_sizes=(1024,))
+    assert [(m.name, m.flops, m.nbytes) for m in timed] == [
+        (o.name, o.flops, o.nbytes) for o in listed]
+    assert all(m.seconds > 0 for m in timed)
+
+
 def test_intensity_approaches_batch_for_small_batches():
     for B in (1, 4, 16):
         assert B * 0.98 < rl.matmul_intensity(B, 8192, 28672) <= B
