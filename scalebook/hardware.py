@@ -26,6 +26,15 @@ no MXU, so their MXU fields are ``None``):
   HGX/DGX server).
 * ``ici_domain_chips``: the most chips one fast chip-to-chip network joins: a full TPU pod
   (ICI), or for GPUs the NVSwitch domain of one HGX/DGX server (NVLink).
+* ``max_slice_chips``: the largest slice one job can be given on that network. It equals
+  the pod where the vendor says so (v5e, v6e, the GPU servers); a v5p pod has 8,960 chips
+  but its largest slice has 6,144, so a plan for one ICI domain uses this figure, and more
+  chips than this are joined by the data-centre network (multislice). ``None`` where the
+  vendor states no limit (v4).
+* ``vector_flops``: peak f32 FLOP/s of the units that are not matrix units: the VPU of a
+  TPU, the CUDA cores (non-tensor FP32) of a GPU. NVIDIA publishes it; Google does not, so
+  a TPU figure is derived (see :data:`DERIVED_FIGURES`, which says how and how sure) or
+  ``None``.
 
 Use :func:`get_chip` with a canonical name ("tpu-v5e", "gpu-h100", ...).
 """
@@ -39,7 +48,7 @@ from .errors import UnknownNameError
 from .units import GiB, MiB
 
 __all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table",
-           "SCALING_BOOK_DIFFERENCES"]
+           "SCALING_BOOK_DIFFERENCES", "DERIVED_FIGURES"]
 
 # Short keys for the sources cited below; the full references are in book/references.md.
 SOURCES = {
@@ -64,6 +73,14 @@ SOURCES = {
     "nv-dgx-b200": "NVIDIA DGX B200, https://www.nvidia.com/en-us/data-center/dgx-b200/",
     "cloud-v5p-slices": "Google Cloud TPU docs, TPU v5p configurations (table of slice "
                         "topologies with chips and hosts), https://cloud.google.com/tpu/docs/v5p",
+    "scaling-book-vpu": "Austin et al., How to Scale Your Model, TPU chapter, appendix A "
+                        "(VPU: 8 x 128 lanes, 4 ALUs each on v5; v5p clock about 1.75 GHz), "
+                        "https://jax-ml.github.io/scaling-book/tpus/",
+    "nv-dgx-basepod": "NVIDIA DGX BasePOD reference architecture, core components (DGX H200: "
+                      "eight single-port ConnectX-7, up to 400 Gb/s each), "
+                      "https://docs.nvidia.com/dgx-basepod/",
+    "mlperf-h200": "MLCommons Inference v4.1, NVIDIA system description H200-SXM-141GBx8 "
+                   "(accelerator host interconnect: PCIe Gen5 x16)",
 }
 
 
@@ -91,6 +108,8 @@ class Chip:
     vmem_bytes: float | None = None
     chips_per_host: int | None = None
     ici_domain_chips: int | None = None
+    max_slice_chips: int | None = None
+    vector_flops: float | None = None
     hbm_unit: str = "GB"
     notes: str = ""
     sources: dict = field(default_factory=dict, compare=False, repr=False)
@@ -169,7 +188,7 @@ _add(_chip(
     ici_link_bandwidth=4.5e10, ici_links=6, topology="3D torus",
     dcn_bandwidth=None, pcie_bandwidth=1.5e10, price_per_hour=None,
     tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
-    ici_domain_chips=4096,
+    ici_domain_chips=4096, max_slice_chips=None, vector_flops=None,
     sources=dict(bf16_flops="cloud-v4", int8_flops="cloud-v4", hbm_bytes="cloud-v4",
                  hbm_bandwidth="cloud-v4", ici_link_bandwidth="scaling-book",
                  ici_links="scaling-book", topology="cloud-v4", pcie_bandwidth="scaling-book",
@@ -185,14 +204,14 @@ _add(_chip(
     # 6.4 Tbps of DCN per 256-chip pod -> 25 Gbps = 3.125e9 bytes/s per chip.
     dcn_bandwidth=3.125e9, pcie_bandwidth=1.5e10, price_per_hour=1.20,
     tensorcores=1, mxus_per_core=4, mxu_size=128, vmem_bytes=128 * MiB, chips_per_host=8,
-    ici_domain_chips=256,
+    ici_domain_chips=256, max_slice_chips=256, vector_flops=None,
     sources=dict(bf16_flops="cloud-v5e", int8_flops="cloud-v5e", hbm_bytes="cloud-v5e",
                  hbm_bandwidth="cloud-v5e", ici_link_bandwidth="cloud-v5e",
                  ici_links="cloud-v5e", topology="cloud-v5e", dcn_bandwidth="cloud-v5e",
                  pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing",
                  tensorcores="cloud-v5e", mxus_per_core="cloud-v5e", mxu_size="scaling-book",
                  vmem_bytes="scaling-book", chips_per_host="scaling-book",
-                 ici_domain_chips="cloud-v5e"),
+                 ici_domain_chips="cloud-v5e", max_slice_chips="cloud-v5e"),
 ))
 _add(_chip(
     name="tpu-v5p", vendor="Google", display_name="TPU v5p",
@@ -203,13 +222,14 @@ _add(_chip(
     dcn_bandwidth=6.25e9, pcie_bandwidth=1.5e10, price_per_hour=4.20,
     notes="95 GiB is the usable HBM; 96 GiB is physical.",
     tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
-    ici_domain_chips=8960,
+    ici_domain_chips=8960, max_slice_chips=6144, vector_flops=1.4336e13,
     sources=dict(bf16_flops="cloud-v5p", int8_flops="scaling-book", hbm_bytes="cloud-v5p",
                  hbm_bandwidth="cloud-v5p", ici_link_bandwidth="cloud-v5p",
                  ici_links="scaling-book", topology="cloud-v5p", dcn_bandwidth="cloud-v5p",
                  pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing",
                  tensorcores="cloud-v5p-slices", mxus_per_core="cloud-v5p", mxu_size="scaling-book",
-                 chips_per_host="cloud-v5p-slices", ici_domain_chips="cloud-v5p"),
+                 chips_per_host="cloud-v5p-slices", ici_domain_chips="cloud-v5p",
+                 max_slice_chips="cloud-v5p-slices", vector_flops="scaling-book-vpu"),
 ))
 _add(_chip(
     name="tpu-v6e", vendor="Google", display_name="TPU v6e (Trillium)",
@@ -218,12 +238,13 @@ _add(_chip(
     ici_link_bandwidth=1e11, ici_links=4, topology="2D torus",
     dcn_bandwidth=None, pcie_bandwidth=3.2e10, price_per_hour=None,
     tensorcores=1, mxus_per_core=2, mxu_size=256, vmem_bytes=None, chips_per_host=8,
-    ici_domain_chips=256,
+    ici_domain_chips=256, max_slice_chips=256, vector_flops=None,
     sources=dict(bf16_flops="cloud-v6e", int8_flops="cloud-v6e", hbm_bytes="cloud-v6e",
                  hbm_bandwidth="cloud-v6e", ici_link_bandwidth="cloud-v6e",
                  ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book",
                  tensorcores="cloud-v6e", mxus_per_core="cloud-v6e", mxu_size="cloud-v6e",
-                 chips_per_host="cloud-v6e", ici_domain_chips="cloud-v6e"),
+                 chips_per_host="cloud-v6e", ici_domain_chips="cloud-v6e",
+                 max_slice_chips="cloud-v6e"),
 ))
 _add(_chip(
     name="gpu-a100", vendor="NVIDIA", display_name="A100 SXM 80GB",
@@ -233,11 +254,12 @@ _add(_chip(
     ici_link_bandwidth=2.5e10, ici_links=12, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=2.5e10, pcie_bandwidth=3.2e10, price_per_hour=None,
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
-    ici_domain_chips=8,
+    ici_domain_chips=8, max_slice_chips=8, vector_flops=1.95e13,
     sources=dict(bf16_flops="nv-a100", int8_flops="nv-a100", hbm_bytes="nv-a100",
                  hbm_bandwidth="nv-a100", ici_link_bandwidth="nv-a100", ici_links="nv-a100",
                  topology="nv-dgx-a100", dcn_bandwidth="nv-dgx-a100", pcie_bandwidth="nv-a100",
-                 chips_per_host="nv-dgx-a100", ici_domain_chips="nv-dgx-a100"),
+                 chips_per_host="nv-dgx-a100", ici_domain_chips="nv-dgx-a100",
+                 max_slice_chips="nv-dgx-a100", vector_flops="nv-a100"),
 ))
 _add(_chip(
     name="gpu-h100", vendor="NVIDIA", display_name="H100 SXM",
@@ -247,12 +269,13 @@ _add(_chip(
     ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=10.8,
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
-    ici_domain_chips=8,
+    ici_domain_chips=8, max_slice_chips=8, vector_flops=6.7e13,
     sources=dict(bf16_flops="nv-h100", fp8_flops="nv-h100", hbm_bytes="nv-h100",
                  hbm_bandwidth="nv-h100", ici_link_bandwidth="nv-h100", ici_links="nv-h100",
                  topology="nv-dgx-h100", dcn_bandwidth="nv-dgx-h100", pcie_bandwidth="nv-h100",
                  price_per_hour="scaling-book-pricing",
-                 chips_per_host="nv-dgx-h100", ici_domain_chips="nv-dgx-h100"),
+                 chips_per_host="nv-dgx-h100", ici_domain_chips="nv-dgx-h100",
+                 max_slice_chips="nv-dgx-h100", vector_flops="nv-h100"),
 ))
 _add(_chip(
     name="gpu-h200", vendor="NVIDIA", display_name="H200 SXM",
@@ -261,11 +284,13 @@ _add(_chip(
     ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
-    ici_domain_chips=8,
+    ici_domain_chips=8, max_slice_chips=8, vector_flops=6.7e13,
     sources=dict(bf16_flops="nv-h200", fp8_flops="nv-h200", hbm_bytes="nv-h200",
                  hbm_bandwidth="nv-h200", ici_link_bandwidth="nv-h200", ici_links="nv-h200",
-                 topology="nv-h200", dcn_bandwidth="nv-h200", pcie_bandwidth="nv-h200",
-                 chips_per_host="nv-h200", ici_domain_chips="nv-h200"),
+                 topology="nv-h200", dcn_bandwidth="nv-dgx-basepod",
+                 pcie_bandwidth="mlperf-h200", chips_per_host="nv-h200",
+                 ici_domain_chips="nv-h200", max_slice_chips="nv-h200",
+                 vector_flops="nv-h200"),
 ))
 _add(_chip(
     name="gpu-b200", vendor="NVIDIA", display_name="B200 (HGX/DGX)",
@@ -276,11 +301,12 @@ _add(_chip(
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
     notes="180 GB per GPU in DGX B200 datasheets; 192 GB in early announcements.",
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
-    ici_domain_chips=8,
+    ici_domain_chips=8, max_slice_chips=8, vector_flops=7.5e13,
     sources=dict(bf16_flops="nv-hgx", fp8_flops="nv-dgx-b200", hbm_bytes="nv-dgx-b200",
                  hbm_bandwidth="nv-dgx-b200", ici_link_bandwidth="nv-hgx", ici_links="nv-hgx",
                  topology="nv-dgx-b200", dcn_bandwidth="nv-dgx-b200", pcie_bandwidth="nv-hgx",
-                 chips_per_host="nv-dgx-b200", ici_domain_chips="nv-dgx-b200"),
+                 chips_per_host="nv-dgx-b200", ici_domain_chips="nv-dgx-b200",
+                 max_slice_chips="nv-dgx-b200", vector_flops="nv-hgx"),
 ))
 
 
@@ -339,4 +365,18 @@ SCALING_BOOK_DIFFERENCES = (
     ("tpu-v5p", "hbm_bytes", 96e9,
      "Google lists 95 GiB that a program can allocate (96 GiB physical); ours is the usable "
      "amount, in the vendor's unit"),
+)
+
+
+# Figures that no vendor states but that follow from a cited architecture description:
+# (chip, attribute, factors whose product is the stored figure, how, confidence). The
+# hardware page lists them; tests/test_hardware_pinned.py checks each product.
+DERIVED_FIGURES = (
+    ("tpu-v5p", "vector_flops",
+     {"sublanes": 8, "lanes": 128, "ALUs per lane": 4, "clock (Hz)": 1.75e9,
+      "TensorCores": 2},
+     "the VPU of each TensorCore is 8 x 128 lanes with 4 f32 ALUs each, one operation per "
+     "ALU per cycle, at about 1.75 GHz (scaling-book, TPU chapter, appendix A, which gets "
+     "7e12 per core)",
+     "medium: an architecture description and an approximate clock, not a Google spec"),
 )

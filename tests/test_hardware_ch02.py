@@ -6,7 +6,7 @@ from scalebook import hardware
 from scalebook.hardware import SOURCES, all_chips, get_chip
 
 NEW_FIELDS = ["tensorcores", "mxus_per_core", "mxu_size", "vmem_bytes", "chips_per_host",
-              "ici_domain_chips"]
+              "ici_domain_chips", "max_slice_chips", "vector_flops"]
 
 
 @pytest.mark.parametrize("chip", all_chips(), ids=lambda c: c.name)
@@ -45,3 +45,23 @@ def test_vmem_is_far_smaller_than_hbm():
 def test_spec_table_accepts_new_columns():
     rows = hardware.spec_table(["tpu-v5e", "gpu-h100"], ["mxu_size", "chips_per_host"])
     assert rows[0]["mxu_size"] == 128 and rows[1]["mxu_size"] is None
+
+
+@pytest.mark.parametrize("chip", all_chips(), ids=lambda c: c.name)
+def test_a_slice_fits_in_its_pod_and_the_vector_unit_is_slower_than_the_matrix_units(chip):
+    if chip.max_slice_chips is not None:
+        assert chip.chips_per_host <= chip.max_slice_chips <= chip.ici_domain_chips
+    if chip.vector_flops is not None:
+        assert chip.vector_flops < chip.bf16_flops / 10
+
+
+def test_the_v5p_pod_is_bigger_than_its_largest_slice():
+    # Cloud TPU v5p page: 8,960 chips per pod; the largest slice is 16x16x24 = 6,144 chips.
+    v5p = get_chip("tpu-v5p")
+    assert (v5p.ici_domain_chips, v5p.max_slice_chips) == (8960, 16 * 16 * 24)
+
+
+def test_every_gpu_publishes_a_vector_peak():
+    for chip in all_chips():
+        if chip.vendor == "NVIDIA":
+            assert chip.vector_flops is not None, chip.name
