@@ -5,11 +5,15 @@ Chapter 2 of the book derives each formula here in the open; later chapters impo
 * :func:`systolic_matmul` simulates a weight-stationary systolic array cycle by cycle
   (NumPy) and returns the product together with the cycle count and the number of
   busy cells per cycle. :func:`systolic_cycles` is the closed form of its cycle count:
-  ``M + K + N - 2`` for ``X[M, K] @ W[K, N]`` on a ``K x N`` array.
+  ``B + D + F - 2`` for ``X[B, D] @ W[D, F]`` on a ``D x F`` array.
 * :func:`mxu_padding_efficiency`: the useful fraction of MXU work when the two
   weight dimensions are padded up to multiples of the MXU size.
 * :func:`mxu_count`, :func:`mxu_peak_flops`: the MXUs of a chip and one MXU's share of
   the chip's peak.
+* :func:`implied_clock`: the clock rate a chip's peak implies, given its MXUs.
+* :func:`mxu_operation`: the shape and cadence of one MXU operation.
+* :func:`weight_stream_batch`: tokens per weight a matmul needs for its arithmetic to take
+  as long as streaming its weights over a given bandwidth (HBM, VMEM, PCIe).
 * :func:`pipelined_time`: the time of ``n`` load-then-compute steps when the load of
   step ``i + 1`` overlaps the compute of step ``i`` (HBM -> VMEM -> MXU pipelining).
 
@@ -29,8 +33,13 @@ from .units import check_nonnegative, check_positive_int
 
 __all__ = [
     "SystolicRun", "systolic_matmul", "systolic_cycles", "mxu_padding_efficiency", "mxu_count",
-    "mxu_peak_flops", "pipelined_time",
+    "mxu_peak_flops", "pipelined_time", "implied_clock", "MXUOperation", "mxu_operation",
+    "weight_stream_batch", "MXU_OP_ROWS",
 ]
+
+# Rows of activations one MXU operation takes: an MXU multiplies X[8, s] by its loaded
+# W[s, s] in 8 cycles, one row per cycle (scaling-book, TPU chapter, appendix B).
+MXU_OP_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class SystolicRun:
 
     out: the product X @ W; cycles: clock cycles from the first activation entering the
     array to the last result leaving it (weights already loaded); busy: for each cycle,
-    how many of the K x N cells did a multiply-add; cells: K x N.
+    how many of the D x F cells did a multiply-add; cells: D x F.
     """
 
     out: np.ndarray
@@ -66,13 +75,13 @@ def _as_matrix(name: str, a) -> np.ndarray:
 
 
 def systolic_matmul(x, w) -> SystolicRun:
-    """Multiply ``x[M, K] @ w[K, N]`` on a simulated weight-stationary ``K x N`` systolic array.
+    """Multiply ``x[B, D] @ w[D, F]`` on a simulated weight-stationary ``D x F`` systolic array.
 
-    Cell ``(k, n)`` holds the weight ``w[k, n]``. Row ``m`` of ``x`` enters the array from
-    the left, skewed so that ``x[m, k]`` reaches row ``k`` at cycle ``m + k``; every cycle,
+    Cell ``(d, f)`` holds the weight ``w[d, f]``. Row ``b`` of ``x`` enters the array from
+    the left, skewed so that ``x[b, d]`` reaches row ``d`` at cycle ``b + d``; every cycle,
     each cell multiplies the activation passing through it by its weight, adds the partial
     sum arriving from the cell above, and passes the activation right and the sum down.
-    The finished ``out[m, n]`` leaves the bottom of column ``n`` at cycle ``m + (K - 1) + n``.
+    The finished ``out[b, f]`` leaves the bottom of column ``f`` at cycle ``b + (D - 1) + f``.
     Only neighbouring cells ever talk to each other: no cell reads memory.
 
     Returns a :class:`SystolicRun` with the product, the cycle count (equal to
@@ -80,63 +89,63 @@ def systolic_matmul(x, w) -> SystolicRun:
     """
     x = _as_matrix("x", x)
     w = _as_matrix("w", w)
-    M, K = x.shape
-    K2, N = w.shape
-    if K != K2:
+    B, D = x.shape
+    D2, F = w.shape
+    if D != D2:
         raise ValueError(f"inner dimensions differ: x is {x.shape} and w is {w.shape}")
     dtype = np.result_type(x.dtype, w.dtype)
-    act = np.zeros((K, N), dtype)        # activation register of each cell
-    valid = np.zeros((K, N), bool)       # whether that register holds a real activation
-    psum = np.zeros((K, N), dtype)       # partial sum leaving each cell downwards
-    out = np.zeros((M, N), dtype)
-    cycles = systolic_cycles(M, K, N)
+    act = np.zeros((D, F), dtype)        # activation register of each cell
+    valid = np.zeros((D, F), bool)       # whether that register holds a real activation
+    psum = np.zeros((D, F), dtype)       # partial sum leaving each cell downwards
+    out = np.zeros((B, F), dtype)
+    cycles = systolic_cycles(B, D, F)
     busy = np.zeros(cycles, dtype=np.int64)
-    rows = np.arange(K)
-    cols = np.arange(N)
+    rows = np.arange(D)
+    cols = np.arange(F)
     for t in range(cycles):
         # Activations move one cell right; a new skewed column enters on the left.
         act[:, 1:] = act[:, :-1]
         valid[:, 1:] = valid[:, :-1]
-        m_in = t - rows                              # row k receives x[t - k, k]
-        enter = (m_in >= 0) & (m_in < M)
+        b_in = t - rows                              # row d receives x[t - d, d]
+        enter = (b_in >= 0) & (b_in < B)
         act[:, 0] = 0
-        act[enter, 0] = x[m_in[enter], rows[enter]]
+        act[enter, 0] = x[b_in[enter], rows[enter]]
         valid[:, 0] = enter
         # Partial sums move one cell down; the top row starts from zero.
         above = np.zeros_like(psum)
         above[1:] = psum[:-1]
         psum = above + act * w
         busy[t] = int(valid.sum())
-        # The bottom row finishes out[t - (K - 1) - n, n].
-        m_out = t - (K - 1) - cols
-        done = (m_out >= 0) & (m_out < M)
-        out[m_out[done], cols[done]] = psum[K - 1, done]
-    return SystolicRun(out=out, cycles=cycles, busy=busy, cells=K * N)
+        # The bottom row finishes out[t - (D - 1) - f, f].
+        b_out = t - (D - 1) - cols
+        done = (b_out >= 0) & (b_out < B)
+        out[b_out[done], cols[done]] = psum[D - 1, done]
+    return SystolicRun(out=out, cycles=cycles, busy=busy, cells=D * F)
 
 
-def systolic_cycles(M: int, K: int, N: int) -> int:
-    """Cycles for ``X[M, K] @ W[K, N]`` on a ``K x N`` weight-stationary array: M + K + N - 2.
+def systolic_cycles(B: int, D: int, F: int) -> int:
+    """Cycles for ``X[B, D] @ W[D, F]`` on a ``D x F`` weight-stationary array: B + D + F - 2.
 
-    The last row of X enters at cycle M - 1, needs K - 1 more cycles to reach the bottom
-    row and N - 1 more to reach the last column; counting cycle 0 gives M + K + N - 2.
-    Loading the weights (K more cycles) is not included.
+    The last row of X enters at cycle B - 1, needs D - 1 more cycles to reach the bottom
+    row and F - 1 more to reach the last column; counting cycle 0 gives B + D + F - 2.
+    Loading the weights (D more cycles) is not included.
     """
-    M = check_positive_int("M", M)
-    K = check_positive_int("K", K)
-    N = check_positive_int("N", N)
-    return M + K + N - 2
+    B = check_positive_int("B", B)
+    D = check_positive_int("D", D)
+    F = check_positive_int("F", F)
+    return B + D + F - 2
 
 
-def mxu_padding_efficiency(K: int, N: int, chip="tpu-v5e") -> float:
-    """Useful fraction of MXU work for a ``[K, N]`` weight on ``chip``'s MXUs.
+def mxu_padding_efficiency(D: int, F: int, chip="tpu-v5e") -> float:
+    """Useful fraction of MXU work for a ``[D, F]`` weight on ``chip``'s MXUs.
 
     The weight is cut into ``s x s`` tiles (``s`` = the MXU size); a partial tile costs as
-    much as a full one, so the fraction is ``K N / (ceil(K/s) s * ceil(N/s) s)``.
+    much as a full one, so the fraction is ``D F / (ceil(D/s) s * ceil(F/s) s)``.
     """
-    K = check_positive_int("K", K)
-    N = check_positive_int("N", N)
+    D = check_positive_int("D", D)
+    F = check_positive_int("F", F)
     s = _mxu_size(chip)
-    return (K * N) / (math.ceil(K / s) * s * math.ceil(N / s) * s)
+    return (D * F) / (math.ceil(D / s) * s * math.ceil(F / s) * s)
 
 
 def _mxu_size(chip) -> int:
@@ -175,3 +184,47 @@ def pipelined_time(n_steps: int, load_time: float, compute_time: float,
     if not overlap:
         return n * (L + C)
     return L + (n - 1) * max(L, C) + C
+
+
+def implied_clock(chip, dtype: str = "bf16") -> float:
+    """Hz at which the chip's MXUs, each doing ``mxu_size**2`` multiply-adds (2 FLOPs each)
+    per cycle, reach its published peak: ``peak / (MXUs x 2 x mxu_size**2)``."""
+    c = get_chip(chip)
+    return c.peak_flops(dtype) / (mxu_count(c) * 2 * _mxu_size(c) ** 2)
+
+
+@dataclass(frozen=True)
+class MXUOperation:
+    """One MXU operation: ``X[rows, size] @ W[size, size]`` in ``cycles`` clock cycles."""
+
+    rows: int
+    size: int
+    cycles: int
+
+    @property
+    def flops(self) -> int:
+        """2 x rows x size x size FLOPs."""
+        return 2 * self.rows * self.size * self.size
+
+    @property
+    def flops_per_cycle(self) -> float:
+        return self.flops / self.cycles
+
+
+def mxu_operation(chip) -> MXUOperation:
+    """The operation one MXU of ``chip`` repeats: ``X[8, s] @ W[s, s]`` every 8 cycles."""
+    return MXUOperation(rows=MXU_OP_ROWS, size=_mxu_size(chip), cycles=MXU_OP_ROWS)
+
+
+def weight_stream_batch(chip, bandwidth: float, weight_bytes_per_element: float = 2,
+                        dtype: str = "bf16") -> float:
+    """Tokens ``B`` for which ``X[B, D] @ W[D, F]`` computes for as long as ``W`` takes to
+    stream in at ``bandwidth`` bytes/s: ``2 B D F / C = s_w D F / W``, so
+    ``B = s_w C / (2 W)``, whatever D and F. Fewer tokens than this and the matmul waits for
+    its weights (activations are not counted: they are small next to W at such B)."""
+    c = get_chip(chip)
+    W = check_nonnegative("bandwidth", bandwidth)
+    if W == 0:
+        raise ValueError("bandwidth must be positive")
+    sw = check_nonnegative("weight_bytes_per_element", weight_bytes_per_element)
+    return sw * c.peak_flops(dtype) / (2 * W)

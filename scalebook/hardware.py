@@ -22,6 +22,9 @@ no MXU, so their MXU fields are ``None``):
   TensorCore; ``mxu_size``: side of one MXU's square systolic array (128 means 128 x 128
   multiply-add cells).
 * ``vmem_bytes``: on-chip vector memory (VMEM) per TensorCore, bytes.
+* ``vmem_bandwidth``: bytes/s between VMEM and the MXUs of the chip. Google publishes no
+  figure; the one stored (v5e) is derived from a stated ratio to HBM, see
+  :data:`DERIVED_FIGURES`.
 * ``chips_per_host``: chips attached over PCIe to one host CPU (a TPU host, or one 8-GPU
   HGX/DGX server).
 * ``ici_domain_chips``: the most chips one fast chip-to-chip network joins: a full TPU pod
@@ -48,7 +51,8 @@ from .errors import UnknownNameError
 from .units import GiB, MiB
 
 __all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table",
-           "SCALING_BOOK_DIFFERENCES", "DERIVED_FIGURES"]
+           "SCALING_BOOK_DIFFERENCES", "DERIVED_FIGURES", "preview_chip",
+           "PREVIEW_CONFIDENCE"]
 
 # Short keys for the sources cited below; the full references are in book/references.md.
 SOURCES = {
@@ -76,6 +80,13 @@ SOURCES = {
     "scaling-book-vpu": "Austin et al., How to Scale Your Model, TPU chapter, appendix A "
                         "(VPU: 8 x 128 lanes, 4 ALUs each on v5; v5p clock about 1.75 GHz), "
                         "https://jax-ml.github.io/scaling-book/tpus/",
+    "cloud-v6e-mxus": "Google Cloud TPU docs, TPU v6e, the version of the page that gives "
+                      "4 MXUs per TensorCore (a later version says 2; see the chip's notes), "
+                      "https://cloud.google.com/tpu/docs/v6e",
+    "cloud-tpu7x": "Google Cloud TPU docs, TPU7x (Ironwood), specification table, "
+                   "https://docs.cloud.google.com/tpu/docs/tpu7x",
+    "press-ironwood": "The Register on TPU7x (Ironwood), Nov 2025: four ICI links, 9.6 Tbps "
+                      "aggregate bidirectional per chip, https://www.theregister.com/",
     "nv-dgx-basepod": "NVIDIA DGX BasePOD reference architecture, core components (DGX H200: "
                       "eight single-port ConnectX-7, up to 400 Gb/s each), "
                       "https://docs.nvidia.com/dgx-basepod/",
@@ -110,6 +121,7 @@ class Chip:
     ici_domain_chips: int | None = None
     max_slice_chips: int | None = None
     vector_flops: float | None = None
+    vmem_bandwidth: float | None = None
     hbm_unit: str = "GB"
     notes: str = ""
     sources: dict = field(default_factory=dict, compare=False, repr=False)
@@ -205,13 +217,15 @@ _add(_chip(
     dcn_bandwidth=3.125e9, pcie_bandwidth=1.5e10, price_per_hour=1.20,
     tensorcores=1, mxus_per_core=4, mxu_size=128, vmem_bytes=128 * MiB, chips_per_host=8,
     ici_domain_chips=256, max_slice_chips=256, vector_flops=None,
+    vmem_bandwidth=22 * 8.19e11,
     sources=dict(bf16_flops="cloud-v5e", int8_flops="cloud-v5e", hbm_bytes="cloud-v5e",
                  hbm_bandwidth="cloud-v5e", ici_link_bandwidth="cloud-v5e",
                  ici_links="cloud-v5e", topology="cloud-v5e", dcn_bandwidth="cloud-v5e",
                  pcie_bandwidth="scaling-book", price_per_hour="scaling-book-pricing",
                  tensorcores="cloud-v5e", mxus_per_core="cloud-v5e", mxu_size="scaling-book",
                  vmem_bytes="scaling-book", chips_per_host="scaling-book",
-                 ici_domain_chips="cloud-v5e", max_slice_chips="cloud-v5e"),
+                 ici_domain_chips="cloud-v5e", max_slice_chips="cloud-v5e",
+                 vmem_bandwidth="scaling-book"),
 ))
 _add(_chip(
     name="tpu-v5p", vendor="Google", display_name="TPU v5p",
@@ -236,13 +250,17 @@ _add(_chip(
     bf16_flops=9.18e14, int8_flops=1.836e15,
     hbm_bytes=32e9, hbm_bandwidth=1.638e12,
     ici_link_bandwidth=1e11, ici_links=4, topology="2D torus",
-    dcn_bandwidth=None, pcie_bandwidth=3.2e10, price_per_hour=None,
-    tensorcores=1, mxus_per_core=2, mxu_size=256, vmem_bytes=None, chips_per_host=8,
+    # 4 x 200 Gbps NICs per 8-chip host (25.6 Tbps per 256-chip pod) -> 100 Gbps per chip.
+    dcn_bandwidth=1.25e10, pcie_bandwidth=3.2e10, price_per_hour=None,
+    notes="Versions of Google's v6e page give 2 and 4 MXUs per TensorCore; the bf16 peak "
+          "implies a 1.75 GHz clock (v5p's) with 4 and 3.5 GHz with 2, so the book uses 4.",
+    tensorcores=1, mxus_per_core=4, mxu_size=256, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=256, max_slice_chips=256, vector_flops=None,
     sources=dict(bf16_flops="cloud-v6e", int8_flops="cloud-v6e", hbm_bytes="cloud-v6e",
                  hbm_bandwidth="cloud-v6e", ici_link_bandwidth="cloud-v6e",
-                 ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book",
-                 tensorcores="cloud-v6e", mxus_per_core="cloud-v6e", mxu_size="cloud-v6e",
+                 ici_links="cloud-v6e", topology="cloud-v6e", dcn_bandwidth="cloud-v6e",
+                 pcie_bandwidth="scaling-book",
+                 tensorcores="cloud-v6e", mxus_per_core="cloud-v6e-mxus", mxu_size="cloud-v6e",
                  chips_per_host="cloud-v6e", ici_domain_chips="cloud-v6e",
                  max_slice_chips="cloud-v6e"),
 ))
@@ -379,4 +397,65 @@ DERIVED_FIGURES = (
      "ALU per cycle, at about 1.75 GHz (scaling-book, TPU chapter, appendix A, which gets "
      "7e12 per core)",
      "medium: an architecture description and an approximate clock, not a Google spec"),
+    ("tpu-v5e", "vmem_bandwidth", {"HBM bandwidth (bytes/s)": 8.19e11, "VMEM / HBM": 22},
+     "'VMEM bandwidth is around 22x higher than HBM bandwidth' (scaling-book, TPU chapter), "
+     "applied to the v5e's HBM",
+     "low: a rounded ratio from one description, not a measured or published figure"),
 )
+
+
+# A chip too new for the main table. Most of its figures are on Google's TPU7x page, but
+# some that the book's formulas need (links per chip, and so the bandwidth of one link) come
+# from the press. It is not in chip_names() or all_chips(), so no chapter's table changes;
+# any function that takes a chip takes it. PREVIEW_CONFIDENCE says how sure each figure is.
+_PREVIEW: dict[str, Chip] = {
+    "tpu7x": Chip(
+        name="tpu7x", vendor="Google", display_name="TPU7x (Ironwood, preview)",
+        bf16_flops=2.307e15, fp8_flops=4.614e15,
+        hbm_bytes=192 * GiB, hbm_unit="GiB", hbm_bandwidth=7.38e12,
+        # 1,200 GB/s both ways per chip (Google) over 4 links (press), halved: 1.5e11.
+        ici_link_bandwidth=1.2e12 / 4 / 2, ici_links=4, topology="3D torus",
+        # 100 Gbps of DCN per chip.
+        dcn_bandwidth=1.25e10, pcie_bandwidth=None, price_per_hour=None,
+        tensorcores=2, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
+        chips_per_host=4, ici_domain_chips=9216, max_slice_chips=None,
+        notes="Preview: figures from Google's TPU7x page except where PREVIEW_CONFIDENCE "
+              "says otherwise.",
+        sources=dict(bf16_flops="cloud-tpu7x", fp8_flops="cloud-tpu7x",
+                     hbm_bytes="cloud-tpu7x", hbm_bandwidth="cloud-tpu7x",
+                     ici_link_bandwidth="press-ironwood", ici_links="press-ironwood",
+                     topology="press-ironwood", dcn_bandwidth="cloud-tpu7x",
+                     tensorcores="cloud-tpu7x", chips_per_host="cloud-tpu7x",
+                     ici_domain_chips="cloud-tpu7x"),
+    ),
+}
+
+PREVIEW_CONFIDENCE = {
+    "tpu7x": {
+        "bf16_flops": "high: Google's specification table (2,307 TFLOPs)",
+        "fp8_flops": "high: Google's specification table (4,614 TFLOPs)",
+        "hbm_bytes": "high: Google's specification table (192 GiB)",
+        "hbm_bandwidth": "high: Google's specification table (7,380 GBps)",
+        "ici_links": "low: press reports of four ICI links; Google's page gives no count",
+        "ici_link_bandwidth": "low: Google's 1,200 GBps both ways per chip, over the four "
+                              "links of press reports, halved for one direction",
+        "topology": "medium: press reports a 3D torus; Google's page says only that TPU7x "
+                    "'shares many similarities with TPU v5p'",
+        "dcn_bandwidth": "high: Google's specification table (100 Gbps per chip)",
+        "tensorcores": "high: Google's page (two TensorCores and four SparseCores per chip)",
+        "chips_per_host": "high: Google's page (4-chip VMs)",
+        "ici_domain_chips": "high: Google's page (9,216 chips per pod)",
+    },
+}
+
+
+def preview_chip(name: str) -> Chip:
+    """A chip whose record is a preview (not every figure is published): ``"tpu7x"``.
+
+    Not listed by :func:`chip_names`; see :data:`PREVIEW_CONFIDENCE` for how sure each
+    figure is."""
+    key = str(name).strip().lower()
+    if key not in _PREVIEW:
+        raise UnknownNameError(f"unknown preview chip {name!r}; preview chips: "
+                               f"{', '.join(_PREVIEW)}")
+    return _PREVIEW[key]

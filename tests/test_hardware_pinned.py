@@ -20,49 +20,54 @@ PINNED = {
                    dcn_bandwidth=None, pcie_bandwidth=15 * G, price_per_hour=None, tensorcores=2,
                    mxus_per_core=4, mxu_size=128, vmem_bytes=None, chips_per_host=4,
                    ici_domain_chips=4096,
-                   max_slice_chips=None, vector_flops=None),
+                   max_slice_chips=None, vector_flops=None, vmem_bandwidth=None),
     "tpu-v5e": dict(bf16_flops=197 * T, int8_flops=394 * T, fp8_flops=None, hbm_bytes=16 * G,
                     hbm_bandwidth=819 * G, ici_link_bandwidth=50 * G, ici_links=4,
                     dcn_bandwidth=3.125 * G, pcie_bandwidth=15 * G, price_per_hour=1.2,
                     tensorcores=1, mxus_per_core=4, mxu_size=128, vmem_bytes=128 * 2**20,
                     chips_per_host=8, ici_domain_chips=256,
-                    max_slice_chips=256, vector_flops=None),
+                    max_slice_chips=256, vector_flops=None, vmem_bandwidth=22 * 819 * G),
     "tpu-v5p": dict(bf16_flops=459 * T, int8_flops=918 * T, fp8_flops=None, hbm_bytes=95 * GiB,
                     hbm_bandwidth=2765 * G, ici_link_bandwidth=100 * G, ici_links=6,
                     dcn_bandwidth=6.25 * G, pcie_bandwidth=15 * G, price_per_hour=4.2,
                     tensorcores=2, mxus_per_core=4, mxu_size=128, vmem_bytes=None,
                     chips_per_host=4, ici_domain_chips=8960,
-                    max_slice_chips=6144, vector_flops=8 * 128 * 4 * 1.75 * G * 2),
+                    max_slice_chips=6144, vector_flops=8 * 128 * 4 * 1.75 * G * 2,
+                    vmem_bandwidth=None),
     "tpu-v6e": dict(bf16_flops=918 * T, int8_flops=1836 * T, fp8_flops=None, hbm_bytes=32 * G,
                     hbm_bandwidth=1638 * G, ici_link_bandwidth=100 * G, ici_links=4,
-                    dcn_bandwidth=None, pcie_bandwidth=32 * G, price_per_hour=None,
-                    tensorcores=1, mxus_per_core=2, mxu_size=256, vmem_bytes=None,
+                    dcn_bandwidth=12.5 * G, pcie_bandwidth=32 * G, price_per_hour=None,
+                    tensorcores=1, mxus_per_core=4, mxu_size=256, vmem_bytes=None,
                     chips_per_host=8, ici_domain_chips=256,
-                    max_slice_chips=256, vector_flops=None),
+                    max_slice_chips=256, vector_flops=None, vmem_bandwidth=None),
     "gpu-a100": dict(bf16_flops=312 * T, int8_flops=624 * T, fp8_flops=None, hbm_bytes=80 * G,
                      hbm_bandwidth=2039 * G, ici_link_bandwidth=25 * G, ici_links=12,
                      dcn_bandwidth=25 * G, pcie_bandwidth=32 * G, price_per_hour=None,
                      tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
                      chips_per_host=8, ici_domain_chips=8,
-                     max_slice_chips=8, vector_flops=19.5 * T),
+                     max_slice_chips=8, vector_flops=19.5 * T,
+                     vmem_bandwidth=None),
     "gpu-h100": dict(bf16_flops=989 * T, int8_flops=None, fp8_flops=1979 * T, hbm_bytes=80 * G,
                      hbm_bandwidth=3350 * G, ici_link_bandwidth=25 * G, ici_links=18,
                      dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=10.8,
                      tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
                      chips_per_host=8, ici_domain_chips=8,
-                     max_slice_chips=8, vector_flops=67 * T),
+                     max_slice_chips=8, vector_flops=67 * T,
+                     vmem_bandwidth=None),
     "gpu-h200": dict(bf16_flops=989 * T, int8_flops=None, fp8_flops=1979 * T, hbm_bytes=141 * G,
                      hbm_bandwidth=4800 * G, ici_link_bandwidth=25 * G, ici_links=18,
                      dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=None,
                      tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
                      chips_per_host=8, ici_domain_chips=8,
-                     max_slice_chips=8, vector_flops=67 * T),
+                     max_slice_chips=8, vector_flops=67 * T,
+                     vmem_bandwidth=None),
     "gpu-b200": dict(bf16_flops=2250 * T, int8_flops=None, fp8_flops=4500 * T, hbm_bytes=180 * G,
                      hbm_bandwidth=8000 * G, ici_link_bandwidth=50 * G, ici_links=18,
                      dcn_bandwidth=50 * G, pcie_bandwidth=64 * G, price_per_hour=None,
                      tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
                      chips_per_host=8, ici_domain_chips=8,
-                     max_slice_chips=8, vector_flops=75 * T),
+                     max_slice_chips=8, vector_flops=75 * T,
+                     vmem_bandwidth=None),
 }
 
 NUMERIC = [f.name for f in dataclasses.fields(hardware.Chip)
@@ -112,3 +117,18 @@ def test_each_derived_figure_is_the_product_of_its_stated_factors(name, attribut
     assert getattr(chip, attribute) == pytest.approx(math.prod(factors.values()), rel=1e-12)
     assert chip.source(attribute)                      # the description it is derived from
     assert len(how) > 20 and confidence.split(":")[0] in ("high", "medium", "low")
+
+
+def test_the_tpu7x_preview_is_pinned_and_kept_out_of_the_main_table():
+    c = hardware.preview_chip("tpu7x")
+    assert "tpu7x" not in hardware.chip_names()
+    want = dict(bf16_flops=2307 * T, fp8_flops=4614 * T, hbm_bytes=192 * GiB,
+                hbm_bandwidth=7380 * G, ici_link_bandwidth=1200 * G / 4 / 2, ici_links=4,
+                dcn_bandwidth=12.5 * G, tensorcores=2, chips_per_host=4, ici_domain_chips=9216)
+    for figure, value in want.items():
+        assert getattr(c, figure) == pytest.approx(value, rel=1e-12), figure
+        assert c.source(figure)
+        assert hardware.PREVIEW_CONFIDENCE["tpu7x"][figure].split(":")[0] in (
+            "high", "medium", "low")
+    with pytest.raises(KeyError, match="preview chips: tpu7x"):
+        hardware.preview_chip("tpu8")

@@ -69,7 +69,7 @@ def test_systolic_bad_input(x, w):
 
 
 def test_systolic_cycles_bad_input():
-    with pytest.raises(ValueError, match="K"):
+    with pytest.raises(ValueError, match="D"):          # X[B, D] @ W[D, F]: D is 0
         chip_internals.systolic_cycles(2, 0, 3)
 
 
@@ -100,7 +100,7 @@ def test_padding_efficiency_errors():
         chip_internals.mxu_padding_efficiency(128, 128, "gpu-h100")
     with pytest.raises(UnknownNameError):
         chip_internals.mxu_padding_efficiency(128, 128, "tpu-v9")
-    with pytest.raises(ValueError, match="K"):
+    with pytest.raises(ValueError, match="D"):          # a weight W[D, F] with D < 0
         chip_internals.mxu_padding_efficiency(-1, 128)
 
 
