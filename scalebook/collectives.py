@@ -24,7 +24,7 @@ switch and refuses a group larger than the NVLink domain (the scale-out network 
 time that part with ``bandwidth=chip.dcn_bandwidth``). An axis of two chips has one link
 between them, so a "torus" of 2 does not halve the time: it equals the ring of 2.
 
-Latency (chapter 7): every step of a ring algorithm waits for a message to cross one hop,
+Latency (chapters 3 and 7): every step of a ring algorithm waits for a message to cross one hop,
 ``t_hop`` seconds, however small the message. :func:`collective_time` adds
 ``steps x hop_latency`` when given ``hop_latency=`` (default 0, the pure bandwidth model of
 chapter 3), and :func:`latency_bound_bytes` gives the buffer size below which that latency
@@ -38,11 +38,18 @@ import math
 from .hardware import get_chip
 from .units import check_nonnegative, check_positive, check_positive_int
 
-__all__ = ["KINDS", "TOPOLOGIES", "ring_bytes", "collective_time", "latency_steps",
-           "latency_bound_bytes", "is_switched"]
+__all__ = ["KINDS", "TOPOLOGIES", "ASSUMED_HOP_LATENCY", "ring_bytes", "collective_time",
+           "latency_steps", "latency_bound_bytes", "is_switched"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("ring", "torus", "switch")
+
+#: The book's assumed latency of one chip-to-chip hop, ``t_hop``, in seconds: an order of
+#: magnitude (1 µs), not a vendor figure. The chip table has no per-hop latency and no
+#: vendor page in the book's sources states one, so chapters 2, 3 and 7 use this
+#: assumption and say so. Not a default: ``collective_time`` still defaults to
+#: ``hop_latency=0``.
+ASSUMED_HOP_LATENCY = 1e-6
 
 
 def is_switched(chip) -> bool:

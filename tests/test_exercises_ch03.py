@@ -28,6 +28,10 @@ LAYER = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F + 2 * D) * 2
 D4, F4, H4 = 16384, 53248, 128
 LAYER405 = (D4 * H4 * h + 2 * D4 * K * h + H4 * h * D4 + 3 * D4 * F4 + 2 * D4) * 2
 A2A = 4096 * D * 2
+D8 = 4096                                            # LLaMA-3 8B d_model (paper, Table 3)
+T_HOP = 1e-6                                         # the book's assumed per-hop latency
+DECODE = 16 * D8 * 2                                 # 3.13: [B, D] bf16 at B = 16
+AR_BW = 2 * 15 / 16 * DECODE / (2 * W5e)             # 3.13: torus bandwidth term
 
 
 def t_ag_torus(V, n, W):
@@ -44,6 +48,8 @@ RIGHT = {
     "3.7": 15 / 16 * C5p / (2 * W5p),                # (15/16) D F s / 2W  =  B 2 D F / C
     "3.8": 63 / 64 * LAYER405 / (2 * W5p * 3),        # 405B: the chapter prints 70B's
     "3.9": (2 * 7 / 8 * 4096 * D * 2 / (2 * W5p)) / (3 * 2 * 4096 * D * F / 8 / C5p),
+    "3.13": AR_BW + 2 * 15 * T_HOP,                  # 2 (n - 1) hops
+    "3.14": 3 / 4 * 4096 * D * 2,                    # gather the [B, D] product (F > D)
 }
 
 WRONG = {
@@ -56,6 +62,9 @@ WRONG = {
     "3.7": [2 * RIGHT["3.7"], 16 / 15 * RIGHT["3.7"], RIGHT["3.7"] / 2],
     "3.8": [3 * RIGHT["3.8"], 2 * RIGHT["3.8"], 63 / 64 * LAYER / (2 * W5p * 3)],
     "3.9": [3 * RIGHT["3.9"], 1.5 * RIGHT["3.9"], 2 * RIGHT["3.9"]],
+    "3.13": [AR_BW, AR_BW + 15 * T_HOP, AR_BW + T_HOP, 2 * AR_BW + 30 * T_HOP,
+             RIGHT["3.13"] * 1e6],
+    "3.14": [3 / 4 * 4096 * F * 2, 4096 * D * 2, 2 * RIGHT["3.14"], 3 / 4 * 4096 * F * 4],
 }
 
 HINTS = {   # a typical mistake -> words its hint must contain
@@ -67,6 +76,10 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "3.8": [(3 * RIGHT["3.8"], "three"), (2 * RIGHT["3.8"], "all-reduce"),
             (63 / 64 * LAYER / (2 * W5p * 3), "70B")],
     "3.9": [(3 * RIGHT["3.9"], "three matmuls"), (1.5 * RIGHT["3.9"], "gated")],
+    "3.13": [(AR_BW, "bandwidth term alone"), (AR_BW + 15 * T_HOP, "all-gather's count"),
+             (AR_BW + T_HOP, "not once"), (2 * AR_BW + 30 * T_HOP, "one-way ring")],
+    "3.14": [(3 / 4 * 4096 * F * 2, "gathers the activations"),
+             (4096 * D * 2, "(n - 1) / n"), (2 * RIGHT["3.14"], "2 bytes")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
@@ -74,8 +87,13 @@ HINTS = {   # a typical mistake -> words its hint must contain
 globals().update(standard_tests(3, RIGHT, WRONG, HINTS, all_hints=True))
 
 
-def test_chapter_has_its_twelve_exercises():
-    assert {f"3.{k}" for k in range(1, 13)} <= set(chapter_ids(3))
+def test_chapter_has_its_fourteen_exercises():
+    assert {f"3.{k}" for k in range(1, 15)} <= set(chapter_ids(3))
+
+
+def test_assumed_hop_latency_is_the_books_one_microsecond():
+    from scalebook import collectives
+    assert collectives.ASSUMED_HOP_LATENCY == T_HOP
 
 
 def test_hints_for_factor_two_name_both_causes():
@@ -141,28 +159,28 @@ def rs_wrong_dim(x, w):
     return jax.lax.psum_scatter(x @ w, "y", scatter_dimension=0, tiled=True)
 
 
-def specs_right(M, K, N):
+def specs_right(I, J, K):
     return P("x", None), P(None, "y"), P("x", "y")
 
 
-def specs_right_8way(M, K, N):
+def specs_right_8way(I, J, K):
     return P(("x", "y"), None), P(), P(("x", "y"), None)
 
 
-def specs_contract(M, K, N):     # shards the contraction: needs an all-reduce
+def specs_contract(I, J, K):     # shards the contraction: needs an all-reduce
     return P("x", "y"), P("y", None), P("x", "y")
 
 
-def specs_replicated_out(M, K, N):
+def specs_replicated_out(I, J, K):
     return P("x", None), P(None, "y"), P("x", None)
 
 
-def specs_replicated_in(M, K, N):  # no communication, but every device holds all of A and B
+def specs_replicated_in(I, J, K):  # no communication, but every device holds all of A and W
     return P(), P(), P("x", "y")
 
 
-def specs_one_shape(M, K, N):
-    return specs_right(M, K, N) if M == 8 else specs_contract(M, K, N)
+def specs_one_shape(I, J, K):
+    return specs_right(I, J, K) if I == 8 else specs_contract(I, J, K)
 
 
 @pytest.mark.parametrize("ex,answer", [("3.10", fsdp_right), ("3.11", rs_right),
@@ -182,7 +200,7 @@ def test_right_programs_pass(ex, answer):
     ("3.12", specs_replicated_out, "8 devices"),
     ("3.12", specs_replicated_in, "fully replicated"),
     ("3.12", specs_one_shape, "A[16,8]"),
-    ("3.12", lambda M, K, N: "x", "jax.P"),
+    ("3.12", lambda I, J, K: "x", "jax.P"),
     ("3.10", 42, "function"),
 ])
 def test_wrong_programs_fail_with_a_reason(ex, answer, word):
@@ -193,15 +211,15 @@ def test_wrong_programs_fail_with_a_reason(ex, answer, word):
 
 def test_stub_program_is_not_attempted():
     assert evaluate("3.10", fsdp_none).status == "not attempted"
-    assert evaluate("3.12", lambda M, K, N: None).status == "not attempted"
+    assert evaluate("3.12", lambda I, J, K: None).status == "not attempted"
 
 
 def fsdp_forgot_return(x, w):
     x @ jax.lax.all_gather(w, "y", axis=0, tiled=True, to="invarying")
 
 
-def specs_forgot_return(M, K, N):
-    specs_right(M, K, N)
+def specs_forgot_return(I, J, K):
+    specs_right(I, J, K)
 
 
 def test_a_program_with_no_return_is_told_so():
@@ -220,7 +238,7 @@ def fsdp_bad_axis(x, w):
 
 @pytest.mark.parametrize("ex,answer", [("3.10", fsdp_returns_a_pair), ("3.10", fsdp_bad_axis),
                                        ("3.11", lambda x, w: (x @ w).sum()),
-                                       ("3.12", lambda M, K, N: (P("x", None, None), P(), P()))])
+                                       ("3.12", lambda I, J, K: (P("x", None, None), P(), P()))])
 def test_mesh_messages_show_no_paths_or_check_internals(ex, answer):
     r = evaluate(ex, answer)
     assert r.status == "wrong", r

@@ -75,9 +75,9 @@ _KINDS = ("none", "all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 register(ChoiceExercise(
     id="3.3", title="Contraction sharded on both sides", choices=_KINDS,
     reference=lambda: "all-reduce",
-    hints={"reduce-scatter": "a reduce-scatter leaves C[I, K_X] sharded; here every device "
-                             "must end with the whole C.",
-           "all-gather": "gathering A and B would work but moves the inputs; the partial sums "
+    hints={"reduce-scatter": "a reduce-scatter leaves O[I, K_X] sharded; here every device "
+                             "must end with the whole O.",
+           "all-gather": "gathering A and W would work but moves the inputs; the partial sums "
                          "are already computed locally. What combines partial sums?",
            "none": "each device holds only part of the sum over J: the results must be added.",
            "all-to-all": "nothing is being transposed between dimensions; partial sums must be added."},
@@ -86,12 +86,12 @@ register(ChoiceExercise(
 register(ChoiceExercise(
     id="3.4", title="Both operands sharded on the same axis", choices=_KINDS,
     reference=lambda: "all-gather",
-    hints={"none": "C[I_X, K_X] is not a valid sharding: a mesh axis may shard only one "
+    hints={"none": "O[I_X, K_X] is not a valid sharding: a mesh axis may shard only one "
                    "dimension. One operand has to be made whole along X first.",
            "all-reduce": "there are no partial sums: J is not sharded.",
            "reduce-scatter": "there are no partial sums to reduce: J is not sharded.",
-           "all-to-all": "an all-to-all would move B's sharding to J, which is not what is asked; "
-                         "to get C[I_X, K] each device needs all of B's columns."},
+           "all-to-all": "an all-to-all would move W's sharding to J, which is not what is asked; "
+                         "to get O[I_X, K] each device needs all of W's columns."},
 ))
 
 register(ChoiceExercise(
@@ -282,12 +282,12 @@ def _build_specs(answer, case, mesh):
         raise NotAttempted
     if not (isinstance(specs, (tuple, list)) and len(specs) == 3
             and all(isinstance(s, P) for s in specs)):
-        raise TypeError("return three PartitionSpecs (spec_a, spec_b, spec_c)")
+        raise TypeError("return three PartitionSpecs (spec_a, spec_w, spec_o)")
     sa, sb, sc = (NamedSharding(mesh, s) for s in specs)
     if math.prod(sc.shard_shape((M, N))) * 8 != M * N:
-        raise ValueError(f"the output sharding {specs[2]} leaves each device more than 1/8 of C")
+        raise ValueError(f"the output sharding {specs[2]} leaves each device more than 1/8 of O")
     if sa.is_fully_replicated and sb.is_fully_replicated:
-        raise ValueError("fully replicated inputs: every device holds all of A and all of B")
+        raise ValueError("fully replicated inputs: every device holds all of A and all of W")
     a, b = mesh_inputs([(M, K), (K, N)], seed=M * K + N)
     a, b = jax.device_put(a, sa), jax.device_put(b, sb)
     fn = jax.jit(lambda a, b: a @ b, out_shardings=sc)
@@ -304,11 +304,66 @@ register(MeshProgramExercise(
     id="3.12", title="Shardings that need no communication",
     build=_build_specs, expected=lambda case, a, b: a @ b, collectives_ok=_no_collectives,
     cases=[(8, 16, 32), (16, 8, 64), (32, 24, 8)],
-    describe=lambda M, K, N: f"A[{M},{K}] @ B[{K},{N}]",
-    error_hints=[("more than 1/8", "C must be split over all 8 devices, e.g. one mesh axis on "
+    describe=lambda I, J, K: f"A[{I},{J}] @ W[{J},{K}]",
+    error_hints=[("more than 1/8", "O must be split over all 8 devices, e.g. one mesh axis on "
                                    "each of its dimensions."),
-                 ("three PartitionSpecs", "return a tuple (spec_a, spec_b, spec_c) of jax.P(...)."),
-                 ("fully replicated inputs", "with A and B both fully replicated nothing is "
-                  "communicated, but every device holds both whole inputs: shard A or B (or "
-                  "both) so that each device holds only what its block of C needs.")],
+                 ("three PartitionSpecs", "return a tuple (spec_a, spec_w, spec_o) of jax.P(...)."),
+                 ("fully replicated inputs", "with A and W both fully replicated nothing is "
+                  "communicated, but every device holds both whole inputs: shard A or W (or "
+                  "both) so that each device holds only what its block of O needs.")],
+))
+
+
+# 3.13 a latency-bound all-reduce -----------------------------------------------------------
+def _decode_bytes():
+    return 16 * get_model("llama3-8b").d_model * 2          # [B, D] in bf16, B = 16 tokens
+
+
+def _ex13(hop_steps=None, topology="torus", latency=True):
+    """The all-reduce over a 16-chip v5e torus axis with the book's assumed t_hop.
+    ``hop_steps`` replaces the algorithm's 2 (n - 1) steps (for the hints)."""
+    t_hop = collectives.ASSUMED_HOP_LATENCY
+    t_bw = collectives.collective_time("all-reduce", _decode_bytes(), 16, "tpu-v5e",
+                                       topology=topology)
+    if not latency:
+        return t_bw
+    steps = (collectives.latency_steps("all-reduce", 16, topology) if hop_steps is None
+             else hop_steps)
+    return t_bw + steps * t_hop
+
+
+register(NumericExercise(
+    id="3.13", title="A latency-bound all-reduce", unit="s", reference=_ex13, rtol=0.03,
+    hints=[
+        (lambda a: _close(a, _ex13(latency=False)), "that is the bandwidth term alone; a "
+         "buffer this small is far below the crossover, so the hops dominate: add "
+         "2 (n - 1) t_hop."),
+        (lambda a: _close(a, _ex13(hop_steps=15)), "n - 1 hops is an all-gather's count; an "
+         "all-reduce is a reduce-scatter and then an all-gather, 2 (n - 1) steps."),
+        (lambda a: _close(a, _ex13(hop_steps=1)), "the latency is paid at every step of the "
+         "ring, not once: 2 (n - 1) steps for an all-reduce."),
+        (lambda a: _close(a, _ex13(topology="ring")), "that bandwidth term is a one-way ring; "
+         "the full v5e axis is a torus (both directions)."),
+    ],
+))
+
+
+# 3.14 gather before or after the matmul ----------------------------------------------------
+def _ex14(plan="after", bytes_per_element=2, frac=True):
+    """X[B_Y, F] @ W[F, D] -> [B, D] whole on the 4 chips of Y; bytes per chip sent."""
+    m = _70b()
+    rows = 4096 * (m.d_model if plan == "after" else m.d_ff) * bytes_per_element
+    return collectives.ring_bytes("all-gather", rows, 4) if frac else rows
+
+
+register(NumericExercise(
+    id="3.14", title="Gather before or after the matmul", unit="bytes", reference=_ex14,
+    hints=[
+        (lambda a: _close(a, _ex14("before")), "that gathers the activations [B, F] before "
+         "the matmul; here F > D, so gathering the product [B, D] afterwards moves less."),
+        (lambda a: _close(a, _ex14(frac=False)), "keep the (n - 1) / n of the ring "
+         "all-gather: each chip already holds its own rows."),
+        (lambda a: _close(a, _ex14(bytes_per_element=4)), "bf16 takes 2 bytes per element, "
+         "not 4."),
+    ],
 ))
