@@ -51,6 +51,10 @@ RIGHT = {
     "2.11": (8 * H100.hbm_bandwidth) / (16 * V5E.hbm_bandwidth),
     # 2.12 corner to corner on a v5e 4x4 (no wraparound: 6 hops), two links, 1 us per hop
     "2.12": LAT + SEND,
+    # 2.13 v5p elementwise f32: 8 bytes per element; VPU-bound above C_vpu * 8 / W_hbm
+    "2.13": V5P.vector_flops * 8 / V5P.hbm_bandwidth,
+    # 2.14 v6e, bf16 weights over PCIe: 2 B D F / C = 2 D F / W_pcie -> B = C / W_pcie
+    "2.14": V6E.bf16_flops / V6E.pcie_bandwidth,
 }
 
 WRONG = {
@@ -67,6 +71,10 @@ WRONG = {
     "2.11": [1 / RIGHT["2.11"], H100.hbm_bandwidth / V5E.hbm_bandwidth],
     "2.12": [LAT + 2 * SEND, SEND, 2e-6 + SEND, 1e-6 + SEND, 6 * SEND, LAT + 6 * SEND,
              RIGHT["2.12"] * 1e3],
+    "2.13": [V5P.vector_flops / V5P.hbm_bandwidth, V5P.vector_flops * 4 / V5P.hbm_bandwidth,
+             V5P.bf16_flops * 8 / V5P.hbm_bandwidth],
+    "2.14": [V6E.bf16_flops / V6E.hbm_bandwidth, V6E.bf16_flops / (2 * V6E.pcie_bandwidth),
+             2 * V6E.bf16_flops / V6E.pcie_bandwidth, V5E.bf16_flops / V5E.pcie_bandwidth],
 }
 
 HINTS = {   # a typical mistake -> words its hint must contain
@@ -88,6 +96,13 @@ HINTS = {   # a typical mistake -> words its hint must contain
              (2e-6 + SEND, "no wraparound"),            # 4x4 taken as a torus: 1 + 1 hops
              (1e-6 + SEND, "per hop"),                  # one latency, not six
              (6 * SEND, "forward"), (LAT + 6 * SEND, "forward")],   # a copy per hop
+    "2.13": [(V5P.vector_flops / V5P.hbm_bandwidth, "per byte"),
+             (V5P.vector_flops * 4 / V5P.hbm_bandwidth, "both"),
+             (V5P.bf16_flops * 8 / V5P.hbm_bandwidth, "MXUs' peak")],
+    "2.14": [(V6E.bf16_flops / V6E.hbm_bandwidth, "PCIe"),
+             (V6E.bf16_flops / (2 * V6E.pcie_bandwidth), "2 bytes"),
+             (2 * V6E.bf16_flops / V6E.pcie_bandwidth, "2 FLOPs"),
+             (V5E.bf16_flops / V5E.pcie_bandwidth, "v5e")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
@@ -98,7 +113,7 @@ globals().update(standard_tests(2, RIGHT, WRONG, HINTS, all_hints=True))
 def test_chapter_has_its_twelve_exercises():
     ids = chapter_ids(2)
     assert len(ids) >= 8
-    assert {f"2.{k}" for k in range(1, 13)} <= set(ids)
+    assert {f"2.{k}" for k in range(1, 15)} <= set(ids)
 
 
 def test_estimates_within_tolerance_are_accepted():
@@ -124,31 +139,31 @@ def status(eid, answer):
 # ---- code answers ------------------------------------------------------------------------------
 
 # 2.2 systolic cycles, checked against counting cycles of a hand simulation
-def _count_cycles(M, K, N):
-    # last output out[M-1, N-1] leaves at cycle (M-1) + (K-1) + (N-1); cycles are numbered from 0
-    return (M - 1) + (K - 1) + (N - 1) + 1
+def _count_cycles(B, D, F):
+    # last output out[B-1, F-1] leaves at cycle (B-1) + (D-1) + (F-1); cycles are numbered from 0
+    return (B - 1) + (D - 1) + (F - 1) + 1
 
 
 def test_2_2():
     assert status("2.2", _count_cycles) == "correct"
-    assert status("2.2", lambda M, K, N: M + K + N - 1) == "wrong"
-    assert status("2.2", lambda M, K, N: M) == "wrong"
-    # right on square arrays only: wrong for K != N
-    assert status("2.2", lambda M, K, N: M + 2 * K - 2) == "wrong"
-    r = evaluate("2.2", lambda M, K, N: M + K + N - 1)
+    assert status("2.2", lambda B, D, F: B + D + F - 1) == "wrong"
+    assert status("2.2", lambda B, D, F: B) == "wrong"
+    # right on square arrays only: wrong for D != F
+    assert status("2.2", lambda B, D, F: B + 2 * D - 2) == "wrong"
+    r = evaluate("2.2", lambda B, D, F: B + D + F - 1)
     assert "too many" in r.message
 
 
 @pytest.mark.parametrize("mistake,answer,words", [
-    ("weight loading counted", lambda M, K, N: M + 2 * K + N - 2, "weight-loading"),
-    ("one too many", lambda M, K, N: M + K + N - 1, "one cycle too many"),
-    ("one short", lambda M, K, N: M + K + N - 3, "one cycle short"),
-    ("only M", lambda M, K, N: M, "cross the K rows"),
+    ("weight loading counted", lambda B, D, F: B + 2 * D + F - 2, "weight-loading"),
+    ("one too many", lambda B, D, F: B + D + F - 1, "one cycle too many"),
+    ("one short", lambda B, D, F: B + D + F - 3, "one cycle short"),
+    ("only B", lambda B, D, F: B, "cross the D rows"),
 ])
 def test_2_2_each_mistake_gets_its_hint(mistake, answer, words):
     r = evaluate("2.2", answer)
     assert r.status == "wrong" and words in r.message, (mistake, r)
-    assert status("2.2", lambda M, K, N: None) == "not attempted"
+    assert status("2.2", lambda B, D, F: None) == "not attempted"
 
 
 # 2.4 torus hops

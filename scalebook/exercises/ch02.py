@@ -35,22 +35,23 @@ register(NumericExercise(
 
 
 # 2.2 ------------------------------------------------------------------------------------
-# The first case tells the mistakes apart: with K = 1 (the old first case, (1, 1, 1)) the
-# weight-loading K extra cycles were the same as one cycle too many.
+# Cases are (B, D, F) for X[B, D] @ W[D, F] on a D x F array. The first case tells the
+# mistakes apart: with D = 1 (the old first case, (1, 1, 1)) the weight-loading D extra
+# cycles were the same as one cycle too many.
 _CASES_2 = [(8, 128, 128), (3, 4, 5), (1, 1, 1), (256, 128, 128), (1, 256, 256), (100, 7, 3)]
 
 register(CodeExercise(
     id="2.2", title="Cycles of a weight-stationary systolic array", reference=chip_internals.systolic_cycles,
     cases=_CASES_2, compare=lambda got, want: as_number(got) == want, unit="cycles",
-    describe=lambda M, K, N: f"M={M}, K={K}, N={N}",
+    describe=lambda B, D, F: f"B={B}, D={D}, F={F}",
     hints=[
         (lambda got, want, args: as_number(got) == want + args[1],
-         "leave out the weight-loading cycles (K of them): the weights are already in place."),
+         "leave out the weight-loading cycles (D of them): the weights are already in place."),
         (lambda got, want, args: as_number(got) == want + 1,
          "one cycle too many: cycle 0 already does work."),
         (lambda got, want, args: as_number(got) == want - 1, "one cycle short: count cycle 0 too."),
-        (lambda got, want, args: as_number(got) == args[0], "M is only how long the rows take to "
-         "enter; they still have to cross the K rows and N columns of cells."),
+        (lambda got, want, args: as_number(got) == args[0], "B is only how long the rows take to "
+         "enter; they still have to cross the D rows and F columns of cells."),
     ],
 ))
 
@@ -246,5 +247,50 @@ register(NumericExercise(
          "the latency is per hop: multiply it by the number of hops."),
         (_store_and_forward,
          "chips forward bytes as they arrive, so distance adds latency, not a copy per hop."),
+    ],
+))
+
+
+# 2.13 -----------------------------------------------------------------------------------
+def _vpu_limit(bytes_per_element=8, flops=None):
+    """FLOPs per element above which a v5p elementwise op is VPU-bound, not HBM-bound."""
+    c = get_chip("tpu-v5p")
+    peak = c.vector_flops if flops is None else flops
+    return peak * bytes_per_element / c.hbm_bandwidth
+
+
+register(NumericExercise(
+    id="2.13", title="When the vector unit is the limit", unit="FLOPs per element",
+    reference=_vpu_limit,
+    hints=[
+        (lambda a: _close(a, _vpu_limit(1)),
+         "that is FLOPs per byte; each element moves 8 bytes (a 4-byte read and a 4-byte "
+         "write)."),
+        (lambda a: _close(a, _vpu_limit(4)),
+         "half the answer: count both the 4-byte read and the 4-byte write, and the VPUs of "
+         "both TensorCores (vector_flops is per chip)."),
+        (lambda a: _close(a, _vpu_limit(flops=get_chip("tpu-v5p").bf16_flops)),
+         "that uses the MXUs' peak; elementwise work runs on the VPU (vector_flops)."),
+    ],
+))
+
+
+# 2.14 -----------------------------------------------------------------------------------
+def _pcie_batch(chip="tpu-v6e", bandwidth=None, s_w=2):
+    c = get_chip(chip)
+    return chip_internals.weight_stream_batch(c, bandwidth or c.pcie_bandwidth, s_w)
+
+
+register(NumericExercise(
+    id="2.14", title="Weights from host memory on a v6e", unit="tokens",
+    reference=_pcie_batch,
+    hints=[
+        (lambda a: _close(a, _pcie_batch(bandwidth=get_chip("tpu-v6e").hbm_bandwidth)),
+         "that is for weights read from HBM; these come from host memory over PCIe."),
+        (lambda a: _close(a, _pcie_batch(s_w=1)), "bf16 weights are 2 bytes each."),
+        (lambda a: _close(a, 2 * _pcie_batch()),
+         "a multiply-add is 2 FLOPs: X[B, D] @ W[D, F] does 2 B D F of them."),
+        (lambda a: _close(a, _pcie_batch("tpu-v5e")),
+         "those are the v5e's figures; use the v6e's peak and PCIe bandwidth."),
     ],
 ))
