@@ -28,6 +28,17 @@ def t_math_1_1():
     return 2 * 4096 * 8192 * 8192 / v5p.bf16_flops
 
 
+# 1.11: 8B's up projection, B = 128 tokens, bf16, TPU v5e. Shared W: intensity ~ 123 < I*
+# ~ 241, so its lower bound is its memory time; a W per token is memory-bound too. Same
+# FLOPs, so the ratio of the lower bounds is the ratio of the bytes.
+B11 = 128
+BYTES_SHARED_11 = 2 * (B11 * D8 + D8 * F8 + B11 * F8)
+BYTES_OWN_11 = 2 * (B11 * D8 + B11 * D8 * F8 + B11 * F8)
+T_MATH_11 = 2 * B11 * D8 * F8 / v5e.bf16_flops
+assert T_MATH_11 < BYTES_SHARED_11 / v5e.hbm_bandwidth
+RATIO_11 = BYTES_OWN_11 / BYTES_SHARED_11
+
+
 RIGHT = {
     "1.1": t_math_1_1(),
     "1.2": 1 / 6,
@@ -37,6 +48,7 @@ RIGHT = {
     "1.6": 2 * 1.97e14 / 5e10,
     "1.7": 512,
     "1.8": "memory",
+    "1.11": RATIO_11,
 }
 
 WRONG = {
@@ -49,6 +61,8 @@ WRONG = {
     "1.6": [1.97e14 / 5e10, 4 * 1.97e14 / 5e10],
     "1.7": [481, 384, 640],
     "1.8": ["compute"],
+    "1.11": [1.0, B11, 1 / RATIO_11, BYTES_OWN_11 / v5e.hbm_bandwidth / T_MATH_11,
+             RATIO_11 * 1.02],
 }
 
 
@@ -75,6 +89,8 @@ HINTS = {
             (smallest_batch(D70, F70, v5e.int8_flops / v5e.hbm_bandwidth, sw=1), "bf16 peak")],
     "1.6": [(answer, words) for _, answer, words in SLIPS_1_6],
     "1.7": [(481, "multiple of 128"), (384, "too small")],
+    "1.11": [(1.0, "the bytes are not"), (B11, "not B"), (1 / RATIO_11, "other way round"),
+             (BYTES_OWN_11 / v5e.hbm_bandwidth / T_MATH_11, "memory time")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected

@@ -63,7 +63,7 @@ register(VariedNumericExercise(
             "chip": _ALL_CHIPS},
     solve=lambda B, D, F, chip: _ex1_parts(B, D, F, chip).lower, hints_for=_ex1_hints,
     describe=_chip_name,
-    statement="One {chip_name} chip multiplies bf16 matrices $X[{B}, {D}]$ and $Y[{D}, {F}]$. Assuming "
+    statement="One {chip_name} chip multiplies bf16 matrices $X[{B}, {D}]$ and $W[{D}, {F}]$. Assuming "
               "perfect overlap of compute and memory traffic, what is the lower bound on its run "
               "time, in seconds?",
 ))
@@ -230,7 +230,7 @@ register(VariedNumericExercise(
     describe=lambda chip: {"chip_name": get_chip(chip).display_name,
                            "link": "ICI" if chip.startswith("tpu") else "NVLink"},
     statement="Two {chip_name} chips split the contraction dimension $D$ of a bf16 matmul "
-              "$X[B, D] \\cdot Y[D, F]$ in halves and exchange their $[B, F]$ partial sums over "
+              "$X[B, D] \\cdot W[D, F]$ in halves and exchange their $[B, F]$ partial sums over "
               "one {link} link (both directions at once). Ignoring HBM, above what $D$ does the "
               "exchange take no longer than the multiplication? Answer in elements of $D$.",
 ))
@@ -379,4 +379,50 @@ register(CodeExercise(
         (lambda got, want, args: as_number(got) is not None and not as_number(got).is_integer(),
          "return a whole number of tokens."),
     ],
+))
+
+
+# 1.11 -----------------------------------------------------------------------------------
+def _ex11_parts(model="llama3-8b", projection="up", B=128, chip="tpu-v5e"):
+    """(shared, per-token) Bounds of X[B, D] @ W[D, F] and of X[B, D] with W[B, D, F], bf16."""
+    D, F = _proj_dims(model, projection)
+    shared = rl.time_bounds(rl.matmul_flops(B, D, F), rl.matmul_bytes(B, D, F), chip)
+    own = rl.time_bounds(rl.batched_matmul_flops(B, D, F), rl.batched_matmul_bytes(B, D, F),
+                         chip)
+    return shared, own
+
+
+def _ex11(model, projection, B, chip):
+    shared, own = _ex11_parts(model, projection, B, chip)
+    return own.lower / shared.lower
+
+
+def _ex11_hints(model, projection, B, chip):
+    shared, own = _ex11_parts(model, projection, B, chip)
+    other = shared.compute if shared.bottleneck == "memory" else shared.memory
+    return [
+        (lambda a: _close(a, 1.0, 0.05),
+         "the FLOPs are the same, but the bytes are not: each token now reads its own matrix."),
+        (lambda a: _close(a, own.lower / other, 0.02),
+         f"the lower bound of the shared matmul is the larger of its two times; at this batch "
+         f"that is its {shared.bottleneck} time."),
+        (lambda a: _close(a, shared.lower / own.lower, 0.05),
+         "that is the ratio the other way round: the per-token matmul is the slower one."),
+        (lambda a: _close(a, B, 0.015),
+         "close to B, but not B: the weights are B times larger, while the inputs and output "
+         "(BD + BF elements) are the same in both. Compare the two byte counts in full."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="1.11", title="The price of a matrix per token", unit="ratio", rtol=0.01,
+    params={"model": "llama3-8b", "projection": "up", "B": 128, "chip": "tpu-v5e"},
+    choose={"model": _MODELS, "projection": ("up", "down"), "B": (16, 32, 64, 128),
+            "chip": _ALL_CHIPS},
+    solve=_ex11, hints_for=_ex11_hints, describe=_model_words,
+    statement="{model_name}'s {projection} projection multiplies $X[{B}, {D}]$ by one bf16 "
+              "$W[{D}, {F}]$ on one {chip_name}. Suppose instead that each of the {B} tokens "
+              "had its own matrix, $W[{B}, {D}, {F}]$, with the same FLOPs. How many times "
+              "longer is the lower bound on the run time? Answer as a ratio (per-token time "
+              "over shared time).",
 ))
