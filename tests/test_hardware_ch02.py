@@ -65,3 +65,25 @@ def test_every_gpu_publishes_a_vector_peak():
     for chip in all_chips():
         if chip.vendor == "NVIDIA":
             assert chip.vector_flops is not None, chip.name
+
+
+# Pod peaks as Google's pages state them (bf16, FLOP/s), with the precision they are given
+# in: the chip figures times the pod size must agree (chapter 2 prints the products).
+POD_PEAKS = {"tpu-v4": (1.1e18, 0.05),       # cloud-v4: "1.1 exaflops (bf16 or int8)"
+             "tpu-v5e": (50.63e15, 0.01),    # cloud-v5e: "BF16 peak compute per Pod 50.63 PFLOPs"
+             "tpu-v6e": (234.9e15, 0.01)}    # cloud-v6e: "234.9 PFLOPs"
+
+
+@pytest.mark.parametrize("name", sorted(POD_PEAKS))
+def test_pod_peak_is_chips_times_the_chip_peak(name):
+    chip = get_chip(name)
+    stated, rel = POD_PEAKS[name]
+    assert chip.ici_domain_chips * chip.bf16_flops == pytest.approx(stated, rel=rel)
+
+
+def test_the_v5e_hbm_figure_and_the_current_pages_800_gibps():
+    # cloud-v5e-2025 says "800 GiBps"; the earlier page says 819 GBps. 800 x 1024 MB/s is
+    # 819.2 GB/s, the stored figure; 800 x 2**30 would be 5% more. See book/hardware.md.
+    bw = get_chip("tpu-v5e").hbm_bandwidth
+    assert bw == pytest.approx(800 * 1024 * 1e6, rel=1e-3)
+    assert 800 * 2**30 / bw - 1 == pytest.approx(0.049, abs=0.002)
