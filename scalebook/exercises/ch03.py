@@ -148,7 +148,7 @@ register(NumericExercise(
 
 
 # 3.8 -------------------------------------------------------------------------------------
-# 405B, not 70B: section 3.7 prints the reduce-scatter of a 70B layer on this slice.
+# 405B, not 70B: section 3.6 prints the reduce-scatter of a 70B layer on this slice.
 def _ex8(axes=(4, 4, 4), model="llama3-405b"):
     return collectives.collective_time("reduce-scatter", get_model(model).params_per_layer() * 2,
                                        axes, "tpu-v5p")
@@ -164,7 +164,7 @@ register(NumericExercise(
          "reduce-scatter sends only (n - 1) / n times the array, half as much), or a one-way "
          "ring (each torus axis sends both ways)?"),
         (lambda a: _close(a, _ex8(model="llama3-70b")),
-         "that is a LLaMA-3 70B layer (section 3.7's example); this exercise asks about 405B."),
+         "that is a LLaMA-3 70B layer (section 3.6's example); this exercise asks about 405B."),
     ],
 ))
 
