@@ -150,6 +150,11 @@ def slice_wraparound(chip, shape) -> tuple[bool, ...]:
     if c.ici_domain_chips is not None and n_chips > c.ici_domain_chips:
         raise ValueError(f"a {'x'.join(map(str, shape))} slice has {n_chips} chips, more than a "
                          f"{c.name} pod ({c.ici_domain_chips})")
+    if c.max_slice_chips is not None and n_chips > c.max_slice_chips:
+        raise ValueError(f"a {'x'.join(map(str, shape))} slice has {n_chips} chips, more than the "
+                         f"largest {c.name} slice ({c.max_slice_chips} of a "
+                         f"{c.ici_domain_chips}-chip pod); more chips are several slices "
+                         f"joined by the DCN (multislice)")
     if c.topology.startswith("2D"):
         if len(shape) > 2:
             raise ValueError(f"{c.name} slices are 2D; got shape {shape}")

@@ -69,3 +69,10 @@ def test_the_flops_and_weight_bytes_behind_weight_stream_batch_match_what_xla_co
     assert cost["flops"] == 2 * B * D * F
     assert cost["bytes accessed"] == 2 * (B * D + D * F + B * F)
     assert math.isclose(2 * D * F / cost["bytes accessed"], 1, rel_tol=0.1)
+
+
+def test_a_slice_cannot_be_larger_than_the_largest_slice_even_inside_the_pod():
+    from scalebook import topology
+    assert topology.slice_info("tpu-v5p", "16x16x24").chips == 6144
+    with pytest.raises(ValueError, match="largest tpu-v5p slice"):
+        topology.slice_info("tpu-v5p", "16x16x32")        # 8,192 chips: fits the pod, not a slice
