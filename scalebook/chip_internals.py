@@ -37,8 +37,8 @@ __all__ = [
     "weight_stream_batch", "MXU_OP_ROWS",
 ]
 
-# Rows of activations one MXU operation takes: an MXU multiplies X[8, s] by its loaded
-# W[s, s] in 8 cycles, one row per cycle (scaling-book, TPU chapter, appendix B).
+# Rows of activations one MXU operation takes: an MXU multiplies X[8, q] by its loaded
+# W[q, q] in 8 cycles, one row per cycle (scaling-book, TPU chapter, appendix B).
 MXU_OP_ROWS = 8
 
 
@@ -139,13 +139,13 @@ def systolic_cycles(B: int, D: int, F: int) -> int:
 def mxu_padding_efficiency(D: int, F: int, chip="tpu-v5e") -> float:
     """Useful fraction of MXU work for a ``[D, F]`` weight on ``chip``'s MXUs.
 
-    The weight is cut into ``s x s`` tiles (``s`` = the MXU size); a partial tile costs as
-    much as a full one, so the fraction is ``D F / (ceil(D/s) s * ceil(F/s) s)``.
+    The weight is cut into ``q x q`` tiles (``q`` = the MXU size); a partial tile costs as
+    much as a full one, so the fraction is ``D F / (ceil(D/q) q * ceil(F/q) q)``.
     """
     D = check_positive_int("D", D)
     F = check_positive_int("F", F)
-    s = _mxu_size(chip)
-    return (D * F) / (math.ceil(D / s) * s * math.ceil(F / s) * s)
+    q = _mxu_size(chip)
+    return (D * F) / (math.ceil(D / q) * q * math.ceil(F / q) * q)
 
 
 def _mxu_size(chip) -> int:
@@ -212,7 +212,7 @@ class MXUOperation:
 
 
 def mxu_operation(chip) -> MXUOperation:
-    """The operation one MXU of ``chip`` repeats: ``X[8, s] @ W[s, s]`` every 8 cycles."""
+    """The operation one MXU of ``chip`` repeats: ``X[8, q] @ W[q, q]`` every 8 cycles."""
     return MXUOperation(rows=MXU_OP_ROWS, size=_mxu_size(chip), cycles=MXU_OP_ROWS)
 
 
