@@ -9,14 +9,15 @@ of chip. The mesh has four axes, innermost first::
     dp    data-parallel replicas (state replicated, gradients all-reduced) batch split
 
 An axis runs on the fast network (TPU ICI; GPU NVLink) when it and every axis inside it fit
-in one ``chip.ici_domain_chips`` domain, otherwise on the scale-out network
+in one slice (``chip.max_slice_chips``, the largest one job can be given: 6,144 of a v5p
+pod's 8,960 chips; ``chip.ici_domain_chips`` where no slice limit is listed), otherwise on the scale-out network
 (``chip.dcn_bandwidth``; :func:`scalebook.parallelism.network`). Each mesh axis is timed as
 one ring (a bidirectional torus ring on a TPU) by
 :func:`scalebook.collectives.collective_time`; a real slice can lay a big axis over two or
 three torus dimensions and go faster, so the times are upper bounds for TPUs.
 
-Per step and per chip, with B global tokens, b = B / (n_dp n_fsdp) tokens per model copy,
-N parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stage:
+Per step and per chip, with B global tokens, b_copy = B / (n_dp n_fsdp) tokens per model
+copy (not the b = B / n of the notation page), N parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stage:
 
 * compute: training FLOPs per token (models.training_flops_per_token, causal attention)
   x B / n_chips, x 4/3 on the layers with full rematerialisation, at peak FLOP/s, divided
@@ -24,10 +25,10 @@ N parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stag
 * fsdp: for each of the N_mb microbatches, all-gather the stage's weights N s / (n_tp n_pp)
   twice (forward and backward) and reduce-scatter the gradients once (ZeRO-3's default);
 * tp: per layer and microbatch 2 all-gathers and 2 reduce-scatters of the activations
-  [b / N_mb, d] in the forward, the same in the backward (and again in a rematerialised
+  [b_copy / N_mb, D] in the forward, the same in the backward (and again in a rematerialised
   forward);
 * pp: per microbatch a stage sends its output forward and the gradient back,
-  collective-permutes of [b / N_mb / n_tp, d];
+  collective-permutes of [b_copy / N_mb / n_tp, D];
 * dp: one all-reduce of each chip's gradient shard N s / (n_tp n_pp n_fsdp).
 
 Collectives overlap the compute (chapter 5's model); those on the same network queue behind
@@ -67,6 +68,9 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "TrainingPlan", "Infeasib
 
 REMAT = ("none", "full")
 DEFAULT_HBM_FRACTION = 0.9
+# An achieved MFU to quote beside a plan's bound: well-tuned large runs report 38-43%
+# (LLaMA-3 405B, Table 4 of the LLaMA-3 paper). An assumption, not a measurement.
+ASSUMED_MFU = 0.40
 _DAY = 86_400.0
 
 
@@ -212,6 +216,21 @@ class TrainingPlan:
     def chip_hours(self) -> float:
         return self.days * 24 * self.n_chips
 
+    def days_at(self, mfu: float = ASSUMED_MFU) -> float:
+        """Days to train ``train_tokens`` if the run achieves ``mfu`` of the chips' peak
+        (the plan's own :attr:`days` are those at its bound, :attr:`mfu`)."""
+        mfu = check_positive("mfu", mfu)
+        if mfu > 1:
+            raise ValueError(f"mfu is a fraction of the peak (0.4 for 40%); got {mfu!r}")
+        flops = self.model_flops_per_step / self.global_batch_tokens * self.train_tokens
+        return flops / (self.n_chips * self.peak_flops * mfu) / _DAY
+
+    def cost_at(self, mfu: float = ASSUMED_MFU) -> float | None:
+        """Dollars at the listed price if the run achieves ``mfu``; None without a price."""
+        days = self.days_at(mfu)
+        return None if self.price_per_hour is None else days * 24 * self.n_chips * \
+            self.price_per_hour
+
     @property
     def cost(self) -> float | None:
         """Dollars at the chip's listed price per chip-hour; None when it has none."""
@@ -244,9 +263,13 @@ class TrainingPlan:
                      f"{sci(self.tokens_per_second)} tokens/s")
         cost = ("no listed price for this chip in scalebook.hardware" if self.cost is None
                 else f"${sci(self.cost)} at ${self.price_per_hour:.2f} per chip-hour")
-        lines.append(f"  {sci(self.train_tokens)} tokens: {self.days:.3g} days, "
+        lines.append(f"  {sci(self.train_tokens)} tokens at the bound: {self.days:.3g} days, "
                      f"{sci(self.chip_hours)} chip-hours,")
         lines.append(f"    {cost}")
+        at = self.cost_at()
+        lines.append(f"  at {ASSUMED_MFU:.0%} MFU (an assumed achieved figure): "
+                     f"{self.days_at():.3g} days"
+                     + ("" if at is None else f", ${sci(at)}"))
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -267,7 +290,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _net_of(chip: Chip, inner: int, n_chips: int) -> str:
-    domain = chip.ici_domain_chips or n_chips
+    domain = chip.max_slice_chips or chip.ici_domain_chips or n_chips
     return "ici" if inner <= domain else "dcn"
 
 
@@ -276,6 +299,9 @@ def _net_of(chip: Chip, inner: int, n_chips: int) -> str:
 # ------------------------------------------------------------------------------------------
 
 def _tp_ok(c: TransformerConfig, tp: int) -> bool:
+    # Heads, F and D must split evenly. The key/value heads are not checked: with
+    # tp > n_kv_heads a real layout replicates them (or splits a head, and XLA adds
+    # collectives within the TP group); the plan prices neither.
     return c.n_heads % tp == 0 and c.d_ff % tp == 0 and c.d_model % tp == 0
 
 

@@ -6,6 +6,7 @@ on four cases each."""
 
 import math
 
+import pytest
 from exercise_harness import standard_tests
 from scalebook.exercises import evaluate
 
@@ -13,6 +14,10 @@ N8, N70, N405 = 8_030_261_248, 70_553_706_496, 405_853_388_800
 C_H100 = 9.89e14                         # H100 dense bf16, FLOP/s
 HBM_V5P = 95 * 2**30                     # bytes
 DCN_H100 = 5e10                          # bytes/s per GPU
+# 405B's training FLOPs per token with causal attention at 8K over 6N, by hand: attention's
+# score and value matmuls are 4 S h H per layer per token forward, half of it masked, x3 for
+# training: 6 L S h H (H = 128 heads of h = 128, L = 126) against 6 N.
+ATTN_405B_8K = 1 + 6 * 126 * 8192 * 128 * 128 / 2 / (6 * N405)
 
 
 def state_bytes(n_params, tp, fsdp, pp):
@@ -89,15 +94,18 @@ HINTS = {
     "6.3": [(math.floor(16 * N405 / (0.9 * HBM_V5P)), "round up"),
             (math.ceil(16 * N405 / HBM_V5P), "10% of HBM"),
             (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),
-            (math.ceil(12 * N405 / (0.9 * HBM_V5P)), "12 bytes")],
+            (math.ceil(12 * N405 / (0.9 * HBM_V5P)), "12 bytes"),
+            (math.ceil(16 * N405 / (0.9 * 95e9)), "95 GiB")],
     "6.4": [((2 + 2) * N70 / 1e9 + 12 * N70 / 256 / 1e9, "ZeRO-1"),
-            (16 * N70 / 1e9, "divide by the 256"), (16 * N70 / 256 / 2**30, "GiB")],
+            (16 * N70 / 1e9, "divide by the 256"), (16 * N70 / 256 / 2**30, "GiB"),
+            (2 * N70 / 256 / 1e9, "bf16 weights alone")],
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
             (2 * (2 * N70 / 8) / DCN_H100, "(n-1)/n"),
             (RIGHT["6.5"] * DCN_H100 / (18 * 2.5e10), "scale-out network")],
     "6.6": [(15 / 64, "useful work"), (64 / 79, "busy fraction")],
     "6.7": [(RIGHT["6.7"] / 3, "not 2N"), (RIGHT["6.7"] * 16384, "all 16,384"),
-            (RIGHT["6.7"] * 100, "percentage")],
+            (RIGHT["6.7"] * 100, "percentage"),
+            (RIGHT["6.7"] * ATTN_405B_8K, "attention's FLOPs")],
     "6.8": [(RIGHT["6.8"] * 3600, "3600"), (RIGHT["6.8"] / 3, "not 2 N N_tok"),
             (RIGHT["6.8"] * 100, "percentage")],
     "6.9": [("compute", "per network"), ("nvlink", "inside a server")],
@@ -113,10 +121,26 @@ globals().update(standard_tests(6, RIGHT, WRONG, HINTS))
 
 
 def test_cost_of_the_chapter_plan():
-    # 6.10 depends on the planner's days; the bill is days x 24 x 8192 x $4.20
+    # 6.10 depends on the planner's days at its bound; at 40% MFU the same FLOPs take
+    # MFU bound / 0.40 times as long; the bill is days x 24 x 8192 x $4.20
     from scalebook import training
     p = training.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
-    want = p.days * 24 * 8192 * 4.20
+    want = p.days * p.mfu / 0.40 * 24 * 8192 * 4.20
     assert evaluate("6.10", want).correct
+    assert not evaluate("6.10", want * 1.03).correct
+    assert "bound" in evaluate("6.10", p.days * 24 * 8192 * 4.20).message
     assert "x 24" in evaluate("6.10", want / 24).message
     assert "one chip" in evaluate("6.10", want / 8192).message
+    assert "other way round" in evaluate("6.10", p.days * 0.40 * p.mfu * 24 * 8192 * 4.20
+                                         / p.mfu).message
+
+
+def test_days_and_cost_at_an_assumed_mfu():
+    from scalebook import training
+    p = training.plan_training("llama3-70b", "tpu-v5p", 4096, 512 * 8192, 8192,
+                               train_tokens=15e12)
+    assert p.days_at(p.mfu) == pytest.approx(p.days)
+    assert p.days_at(0.40) == pytest.approx(p.days * p.mfu / 0.40)
+    assert p.cost_at(0.40) == pytest.approx(p.days_at(0.40) * 24 * 4096 * 4.20)
+    with pytest.raises(ValueError, match="fraction"):
+        p.days_at(40)

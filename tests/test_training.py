@@ -230,3 +230,15 @@ def test_memory_against_memory_analysis(fsdp, tp):
     assert plan.memory.master_weights + plan.memory.optimizer == pytest.approx(
         12 * TINY.num_params() / (fsdp * tp))
     assert plan.memory.total <= mem.peak <= MEMORY_MARGIN * plan.memory.total
+
+
+def test_an_axis_beyond_the_largest_slice_runs_on_the_dcn():
+    """One job gets at most one v5p slice (6,144 chips, not the 8,960-chip pod): on 8,192
+    chips the outermost axis that takes the group past 6,144 chips crosses the DCN."""
+    assert v5p.max_slice_chips == 6144 < v5p.ici_domain_chips
+    p = tr.evaluate_plan("llama3-70b", "tpu-v5p", tp=8, fsdp=8, dp=128,
+                               global_batch_tokens=1024 * 8192, seq_len=8192)
+    assert p.networks["tp"] == p.networks["fsdp"] == "ici" and p.networks["dp"] == "dcn"
+    q = tr.evaluate_plan("llama3-70b", "tpu-v5p", tp=8, fsdp=8, dp=96,
+                               global_batch_tokens=768 * 8192, seq_len=8192)
+    assert q.networks["dp"] == "ici"                 # 6,144 chips: one slice

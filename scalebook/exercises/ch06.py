@@ -53,8 +53,8 @@ register(NumericExercise(
     id="6.2", title="Days for 405B on 16K H100s", unit="days", rtol=0.02, reference=_days_405b,
     hints=[
         (lambda a: _close(a, _days_405b() * 24), "that is hours: divide by 24."),
-        (lambda a: _close(a, _days_405b() * 0.4), "that is at 100% MFU: divide the peak "
-                                                  "by 0.40 of it, not by all of it."),
+        (lambda a: _close(a, _days_405b() * 0.4), "that is at 100% MFU: the chips deliver "
+                                                  "only 0.40 of their peak."),
         (lambda a: _close(a, _days_405b() / 3), "6 FLOPs per parameter and token, not 2."),
     ],
 ))
@@ -81,6 +81,9 @@ register(NumericExercise(
          "that holds the bf16 weights only: Adam training keeps 16 bytes per parameter."),
         (lambda a: a == math.ceil(12 * _n("llama3-405b") / _usable("tpu-v5p")),
          "12 bytes is the fp32 master and moments: add the bf16 weights and gradients."),
+        (lambda a: a == math.ceil(16 * _n("llama3-405b") / (tr.DEFAULT_HBM_FRACTION * 95e9)),
+         "the v5p's HBM is 95 GiB (2**30 bytes each, about 1.02e11 bytes), not 95e9 bytes: "
+         "use hbm_bytes."),
     ],
 ))
 
@@ -100,6 +103,9 @@ register(NumericExercise(
                                                            "divide by the 256 chips."),
         (lambda a: _close(a, 16 * _n("llama3-70b") / 256 / 2**30), "that is GiB; the answer "
                                                                    "is in GB (1e9 bytes)."),
+        (lambda a: _close(a, 2 * _n("llama3-70b") / 256 / 1e9),
+         "that is the bf16 weights alone: the state is 16 bytes per parameter (weights, "
+         "gradients, fp32 master, two moments)."),
     ],
 ))
 
@@ -159,6 +165,9 @@ register(NumericExercise(
         (lambda a: _close(a, _mfu_tp() / 3), "6N FLOPs per token for training, not 2N."),
         (lambda a: _close(a, _mfu_tp() * 16384), "divide by the peak of all 16,384 GPUs."),
         (lambda a: _close(a, _mfu_tp() * 100), "a fraction between 0 and 1, not a percentage."),
+        (lambda a: _close(a, tr.mfu_from_throughput("llama3-405b", 2**24 / 7.0, 16384,
+                                                    "gpu-h100", seq_len=8192)),
+         "that counts attention's FLOPs too: the exercise counts 6N per token."),
     ],
 ))
 
@@ -196,16 +205,26 @@ register(ChoiceExercise(
 
 
 # 6.10 -----------------------------------------------------------------------------------
+def _plan_405b():
+    return tr.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
+
+
 def _cost_405b():
-    p = tr.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
-    return p.days * 24 * 8192 * get_chip("tpu-v5p").price_per_hour
+    """The bill at 40% MFU: the plan's days at its bound, stretched by its MFU bound / 0.40."""
+    return _plan_405b().cost_at(0.40)
 
 
 register(NumericExercise(
-    id="6.10", title="The bill for 405B", unit="dollars", rtol=0.02, reference=_cost_405b,
+    id="6.10", title="The bill for 405B at 40% MFU", unit="dollars", rtol=0.02,
+    reference=_cost_405b,
     hints=[
+        (lambda a: _close(a, _plan_405b().cost), "that is the bill at the plan's bound (its "
+                                                 "MFU upper bound): at 40% MFU the same FLOPs "
+                                                 "take MFU bound / 0.40 times longer."),
         (lambda a: _close(a, _cost_405b() / 24), "the price is per chip-hour: days x 24."),
         (lambda a: _close(a, _cost_405b() / 8192), "that is one chip: multiply by the 8192."),
+        (lambda a: _close(a, _plan_405b().cost * 0.40), "the other way round: a lower MFU "
+                                                        "makes the run longer, so dearer."),
     ],
 ))
 
