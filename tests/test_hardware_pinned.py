@@ -36,7 +36,7 @@ PINNED = {
                     vmem_bandwidth=None),
     "tpu-v6e": dict(bf16_flops=918 * T, int8_flops=1836 * T, fp8_flops=None, hbm_bytes=32 * G,
                     hbm_bandwidth=1638 * G, ici_link_bandwidth=100 * G, ici_links=4,
-                    dcn_bandwidth=12.5 * G, pcie_bandwidth=32 * G, price_per_hour=None,
+                    dcn_bandwidth=None, pcie_bandwidth=32 * G, price_per_hour=None,
                     tensorcores=1, mxus_per_core=4, mxu_size=256, vmem_bytes=None,
                     chips_per_host=8, ici_domain_chips=256,
                     max_slice_chips=256, vector_flops=None, vmem_bandwidth=None),
