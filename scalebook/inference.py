@@ -579,6 +579,7 @@ class ServingStats:
     latency: tuple             # arrival to last token (s)
     mean_batch: float          # sequences per decode step, on average
     duration: float
+    offered_rate: float = float("nan")   # the arrivals' realised rate, requests/s
 
     def percentile(self, what: str, q: float) -> float:
         """A percentile (0-100) of "ttft", "tpot" or "latency"."""
@@ -694,4 +695,6 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
                         ttft=tuple(first - arrivals), tpot=tuple(tpot),
                         latency=tuple(finish - arrivals),
                         mean_batch=float(np.mean(batch_sizes)) if batch_sizes else 0.0,
-                        duration=duration)
+                        duration=duration,
+                        offered_rate=(float((n_req - 1) / (arrivals[-1] - arrivals[0]))
+                                      if n_req > 1 else lam))

@@ -297,7 +297,8 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
                  n_chips: int | None = None, batch: int | None = None, min_batch: int = 32,
                  prefill_mfu: float = 0.5, hbm_fraction: float = 0.9,
                  compute_dtype: str = "bf16", max_chips: int | None = None,
-                 latency_target: float | None = None, hop_latency: float = 1e-6,
+                 latency_target: float | None = None,
+                 hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
                  _batches=None):
     """Plan decode serving of ``model`` on ``chip``.
 
@@ -308,8 +309,9 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     ``prompt_len`` (default ``context_len - output_len``) is the prompt prefilled at
     ``prefill_mfu`` of the peak for ``compute_dtype``. ``latency_target`` (seconds per
     output token): the largest batch, at most the one above, whose step time meets it.
-    ``hop_latency``: seconds each step of a ring all-reduce waits (chapter 7's assumed
-    1e-6 s; 0 gives the bandwidth-only model).
+    ``hop_latency``: seconds each step of a ring all-reduce waits (default
+    ``collectives.ASSUMED_HOP_LATENCY``, chapters 3 and 7's assumed 1e-6 s; 0 gives the
+    bandwidth-only model).
 
     Raises :class:`InfeasibleError` (a ValueError) with the numbers when nothing fits, and
     ValueError for bad input (an unknown dtype lists the known names; an unknown chip or

@@ -133,11 +133,13 @@ HINTS = {
     "8.4": [(16 * TPS_4, "whole slice"), (TPS_4 / 64, "64"), (TPS_4 / 1024, "one sequence")],
     "8.5": [(16 * COST_5, "no factor 16"), (3600 * COST_5, "3600"),
             (COST_5 / 1e6, "per token")],
-    "8.6": [(RATIO_6 / 2, "50% MFU"), (1 / RATIO_6, "upside down"),
+    "8.6": [(RATIO_6 / 2, "50% MFU"), (RATIO_6 / 2, "not the chapter's 512"),
+            (1 / RATIO_6, "upside down"),
             (RATIO_6 * S6 * (2 * N70 + 4 * 80 * 64 * 128 * S6) / FLOPS_6, "causal"),
             (RATIO_6 * S6 * 2 * N70 / FLOPS_6, "matmul weights only")],
     "8.7": [(T_7_FULL, "90%"), (T_7_WEIGHTS, "weights alone"),
-            ((2 * matmul_params(**M8) + PER_SEQ_7) / H100.hbm_bandwidth, "one sequence")],
+            ((2 * matmul_params(**M8) + PER_SEQ_7) / H100.hbm_bandwidth, "one sequence"),
+            (0.9 * 80e9 / H100.hbm_bandwidth, "large-batch limit")],
     "8.8": [("memory", "hop latency"), ("compute", "critical batch")],
     "8.9": [("same", "something else"), ("rises", "all-reduces")],
 }
@@ -211,6 +213,19 @@ def test_8_11_hints():
     assert "not yet" in message("8.11", lambda pts: pts[:1])
 
 
+def test_8_11_ties_are_dominated():
+    """Strict dominance on both axes keeps (2, 90) beside (2, 100) and (3, 100) beside it:
+    wrong by the statement, which the case with ties on each axis must reject."""
+    def strict(points):
+        keep = [p for p in points
+                if not any(q[0] < p[0] and q[1] > p[1] for q in points)]
+        return sorted(keep)
+
+    assert strict([(2.0, 90.0), (3.0, 100.0), (1.0, 50.0), (2.0, 100.0)]) != \
+        pareto([(2.0, 90.0), (3.0, 100.0), (1.0, 50.0), (2.0, 100.0)])
+    assert not evaluate("8.11", strict).correct
+
+
 # -- 8.12: the cheapest plan under a latency target ----------------------------------------
 def cheapest(plans, target):
     best = None
@@ -245,6 +260,15 @@ def test_8_12_hints():
     r = evaluate("8.12", lambda plans, t: min((p for p in plans if p.step_time <= t),
                                               key=lambda p: p.cost_per_million))
     assert r.status == "wrong" and "raised TypeError" in r.message
+
+
+def test_8_12_a_plan_at_the_target_meets_it():
+    def strict(plans, target):
+        return min((p for p in plans if p.step_time < target and p.price_per_hour),
+                   key=lambda p: p.cost_per_million)
+
+    r = evaluate("8.12", strict)
+    assert not r.correct and "<= target" in r.message
 
 
 def test_8_12_checks_several_models_and_chips():

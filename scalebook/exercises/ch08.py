@@ -160,8 +160,9 @@ def _ratio6(mfu=_MFU6, attention=True, causal=True, upside=False):
 register(NumericExercise(
     id="8.6", title="Prefill chips per decode chip", unit="", rtol=0.03, reference=_ratio6,
     hints=[
-        (lambda a: _close(a, _ratio6(mfu=1.0)), "at 50% MFU a prefill chip does half its "
-         "peak: twice the chips."),
+        (lambda a: _close(a, _ratio6(mfu=1.0)), "half the answer: at 50% MFU a prefill chip "
+         "does half its peak (twice the chips), and this exercise generates 256 tokens per "
+         "request, not the chapter's 512 (twice the requests per decode chip)."),
         (lambda a: _close(a, _ratio6(upside=True)), "upside down: prefill chips per decode "
          "chip = (requests/s a decode chip finishes) / (prompts/s a prefill chip starts)."),
         (lambda a: _close(a, _ratio6(causal=False)), "a causal kernel computes only the "
@@ -182,7 +183,7 @@ def _full7(frac=FRAC, batch=None):
 
 
 register(NumericExercise(
-    id="8.7", title="The latency where the HBM is full", unit="seconds", rtol=0.03,
+    id="8.7", title="The latency where the HBM is full", unit="seconds", rtol=0.01,
     reference=lambda: serving.plan_serving("llama3-8b", "gpu-h100", context_len=4096,
                                            output_len=256, n_chips=1).step_time,
     hints=[
@@ -192,6 +193,10 @@ register(NumericExercise(
          "many caches as fit."),
         (lambda a: _close(a, _full7(batch=0)), "that is the weights alone; at a full HBM the "
          "caches are most of the bytes."),
+        (lambda a: _close(a, FRAC * get_chip("gpu-h100").hbm_bytes
+                          / get_chip("gpu-h100").hbm_bandwidth, 0.01),
+         "0.9 M_cap / W_hbm is the large-batch limit; count the bytes a step reads: the "
+         "matmul weights and the caches of a whole number of sequences."),
     ],
 ))
 
@@ -279,6 +284,7 @@ _CASES_11 = [
     ([(10.0, 5.0), (20.0, 4.0), (5.0, 1.0), (30.0, 8.0), (25.0, 8.5), (7.0, 3.0)],),
     ([(1.0, 1.0)],),
     ([(3.0, 30.0), (1.0, 10.0), (2.0, 20.0), (2.5, 15.0)],),
+    ([(2.0, 90.0), (3.0, 100.0), (1.0, 50.0), (2.0, 100.0)],),   # ties on each axis
 ]
 
 
@@ -334,7 +340,8 @@ def _plans(model, chips):
     return tuple(serving.candidate_plans(model, list(chips), context_len=8192, output_len=512))
 
 
-_CASES_12 = [("llama3-70b", ("tpu-v5e", "gpu-h100"), 0.02),
+_CASES_12 = [("llama3-70b", ("tpu-v5e", "gpu-h100"), "exact"),
+             ("llama3-70b", ("tpu-v5e", "gpu-h100"), 0.02),
              ("llama3-70b", ("tpu-v5e", "gpu-h100", "tpu-v6e"), 0.005),
              ("llama3-8b", ("gpu-h100", "tpu-v5e"), 0.003),
              ("llama3-405b", ("tpu-v5e", "gpu-h100", "gpu-h200"), 0.03)]
@@ -345,7 +352,10 @@ def _cheapest_ref(plans, target):
 
 
 def _args12(model, chips, target):
-    return (list(_plans(model, chips)), target)
+    plans = list(_plans(model, chips))
+    if target == "exact":      # the target equals the cheapest plan's step time at 20 ms
+        target = serving.cheapest_plan(plans, 0.02).step_time
+    return (plans, target)
 
 
 
@@ -373,6 +383,11 @@ def _cheapest_any(plans, target):
                key=lambda p: p.cost_per_million)
 
 
+def _strict(plans, target):
+    return min((p for p in plans if p.step_time < target and p.cost_per_million is not None),
+               key=lambda p: p.cost_per_million)
+
+
 def _most_tps(plans, target):
     return max((p for p in plans if p.step_time <= target),
                key=lambda p: p.tokens_per_s_per_chip)
@@ -390,5 +405,7 @@ register(CodeExercise(
         (lambda got, want, args: got == _most_tps(*args),
          "the most tokens/s per chip is not the cheapest across chips of different prices: "
          "compare cost_per_million."),
+        (lambda got, want, args: got == _strict(*args),
+         "a plan whose step_time equals the target meets it: keep step_time <= target."),
     ],
 ))
