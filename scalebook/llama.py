@@ -38,12 +38,13 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 import numpy as np
 
 from .models import TransformerConfig, get_model
 
 __all__ = ["init_params", "count_params", "param_bytes", "rms_norm", "rope_angles", "apply_rope",
-           "forward", "loss_fn", "train_step", "init_kv_cache", "cache_bytes", "forward_with_cache",
+           "forward", "loss_fn", "train_step", "remat_policy", "init_kv_cache", "cache_bytes", "forward_with_cache",
            "generate_greedy", "XLA_FLOP_TOLERANCE", "decode_shardings", "shard_for_decode",
            "sharded_forward_with_cache", "generate_greedy_sharded", "draft_from_layers",
            "SpeculativeResult", "speculative_generate"]
@@ -141,22 +142,24 @@ def _attention(q, k, v, q_pos, k_pos, c: TransformerConfig):
 
 def _layer(p, x, cos, sin, q_pos, c: TransformerConfig, kv=None, start=None):
     """One transformer layer. Without ``kv``: causal self-attention over x's own tokens.
-    With ``kv = (k_cache, v_cache)`` [B, T, K, h]: the new keys and values are written at
-    ``start`` and the queries attend to the whole cache (masked by position).
+    With ``kv = (k_cache, v_cache)`` [B_seq, T, H_kv, h]: the new keys and values are
+    written at ``start`` and the queries attend to the whole cache (masked by position).
     Returns (new x, (k_cache, v_cache) or None)."""
-    B, S, _ = x.shape
-    H, K, h = c.n_heads, c.n_kv_heads, c.head_dim
+    B_seq, S, _ = x.shape
+    H, H_kv, h = c.n_heads, c.n_kv_heads, c.head_dim
     y = rms_norm(x, p["attn_norm"], c.norm_eps)
-    q = apply_rope((y @ p["wq"]).reshape(B, S, H, h), cos, sin)
-    k = apply_rope((y @ p["wk"]).reshape(B, S, K, h), cos, sin)
-    v = (y @ p["wv"]).reshape(B, S, K, h)
+    q = apply_rope((y @ p["wq"]).reshape(B_seq, S, H, h), cos, sin)
+    k = apply_rope((y @ p["wk"]).reshape(B_seq, S, H_kv, h), cos, sin)
+    v = (y @ p["wv"]).reshape(B_seq, S, H_kv, h)
     if kv is None:
         k_all, v_all, k_pos, new_kv = k, v, jnp.arange(S), None
     else:
         k_all = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, start, 0, 0))
         v_all = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, start, 0, 0))
         k_pos, new_kv = jnp.arange(k_all.shape[1]), (k_all, v_all)
-    x = x + _attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), q_pos, k_pos, c) @ p["wo"]
+    attn = _attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), q_pos, k_pos, c)
+    # named so that a remat policy can keep it: save_only_these_names("attention_out")
+    x = x + checkpoint_name(attn, "attention_out") @ p["wo"]
     y = rms_norm(x, p["mlp_norm"], c.norm_eps)
     x = x + (jax.nn.silu(y @ p["w_gate"]) * (y @ p["w_up"])) @ p["w_down"]
     return x, new_kv
@@ -179,22 +182,41 @@ def _head(params, x, c: TransformerConfig):
 
 
 # -- forward, loss, training step ---------------------------------------------------------
-def forward(params, tokens, config: TransformerConfig):
-    """Logits [B, S, V] (f32) for token ids [B, S], causal attention over the sequence."""
+def remat_policy(name: str):
+    """The ``jax.checkpoint`` policy for one of scalebook.models.REMAT_POLICIES."""
+    cp = jax.checkpoint_policies
+    policies = {"nothing": cp.nothing_saveable,
+                "attention_out": cp.save_only_these_names("attention_out"),
+                "weight_dots": cp.dots_with_no_batch_dims_saveable,
+                "dots": cp.dots_saveable}
+    if name not in policies:
+        raise ValueError(f"remat must be None or one of {tuple(policies)}; got {name!r}")
+    return policies[name]
+
+
+def forward(params, tokens, config: TransformerConfig, remat: str | None = None):
+    """Logits [B, S, V] (f32) for token ids [B, S], causal attention over the sequence.
+    ``remat`` wraps every layer in ``jax.checkpoint`` with :func:`remat_policy` (None: no
+    checkpoint, every value the backward pass needs is kept)."""
     c = get_model(config)
     _check_tokens(tokens, c)
     B, S = tokens.shape
     x = params["embed"][tokens]
     pos = jnp.arange(S)[None, :]
     cos, sin = rope_angles(pos, c.head_dim, c.rope_theta)
+
+    def layer(p, x):
+        return _layer(p, x, cos, sin, pos, c)[0]
+    if remat is not None:
+        layer = jax.checkpoint(layer, policy=remat_policy(remat))
     for p in params["layers"]:               # a Python loop: XLA sees (and counts) every layer
-        x, _ = _layer(p, x, cos, sin, pos, c)
+        x = layer(p, x)
     return _head(params, x, c)
 
 
-def loss_fn(params, tokens, targets, config: TransformerConfig):
+def loss_fn(params, tokens, targets, config: TransformerConfig, remat: str | None = None):
     """Mean next-token cross-entropy of ``targets`` [B, S] given ``tokens`` [B, S]."""
-    logits = forward(params, tokens, config)
+    logits = forward(params, tokens, config, remat)
     if getattr(targets, "shape", None) != tokens.shape:
         raise ValueError(f"targets must have the shape of tokens {tokens.shape}; got "
                          f"{getattr(targets, 'shape', None)}")
@@ -202,13 +224,14 @@ def loss_fn(params, tokens, targets, config: TransformerConfig):
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
 
-def train_step(params, tokens, targets, config: TransformerConfig, lr: float = 1e-2):
+def train_step(params, tokens, targets, config: TransformerConfig, lr: float = 1e-2,
+               remat: str | None = None):
     """One step of plain stochastic gradient descent (no momentum, no Adam): returns
-    (new params, loss).
+    (new params, loss). ``remat`` as in :func:`forward`.
 
     Forward and backward cost 3x the forward FLOPs; the update adds 2 FLOPs per parameter
     (a multiply and a subtract), negligible next to 6 N per token times B S tokens."""
-    loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets, config)
+    loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets, config, remat)
     new = jax.tree.map(lambda w, g: (w - lr * g).astype(w.dtype), params, grads)
     return new, loss
 

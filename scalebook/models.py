@@ -4,23 +4,27 @@ A :class:`TransformerConfig` describes a decoder-only transformer in the LLaMA s
 RMSNorm before attention and before the MLP, rotary position embeddings (no parameters),
 grouped-query attention (``n_kv_heads`` key/value heads shared by ``n_heads`` query heads),
 a gated SwiGLU MLP with three matrices, no biases, a final RMSNorm and an output head that
-is a separate matrix unless ``tied_embeddings``.
+is a separate matrix unless ``tied_embeddings``. :class:`MoEConfig` replaces each MLP by
+``n_experts`` such MLPs and a router (Mixtral 8x7B built in).
 
-Symbols used in the docstrings (the chapter uses the same ones):
+Symbols used in the docstrings (the book's notation page; the chapter uses the same ones):
 
-    L = n_layers      d = d_model       H = n_heads     K = n_kv_heads
-    h = head_dim      F = d_ff          V = vocab_size  S = sequence length (context)
+    L = n_layers      D = d_model       H = n_heads     H_kv = n_kv_heads
+    h = head_dim      F = d_ff          V = vocab_size  S = sequence length
+    T = context (keys each query sees)  G = H / H_kv    E, k = experts, experts per token
 
-Parameters (exact): ``V d`` (embedding) + ``L [d H h + 2 d K h + H h d]`` (attention:
-q, k, v, o) + ``L (3 d F)`` (MLP) + ``L (2 d)`` (two RMSNorm gains) + ``d`` (final norm) +
-``V d`` (output head, absent when tied).
+Parameters (exact): ``V D`` (embedding) + ``L [D H h + 2 D H_kv h + H h D]`` (attention:
+q, k, v, o) + ``L (3 D F)`` (MLP) + ``L (2 D)`` (two RMSNorm gains) + ``D`` (final norm) +
+``V D`` (output head, absent when tied).
 
-FLOPs are counted as 2 per multiply-add. Only matrix multiplications are counted; the
-elementwise work (norms, rotary embeddings, softmax, SiLU, residual adds) is a few FLOPs
-per element and is left out: chapter 4 measures how small it is with XLA's cost analysis.
+FLOPs are counted as 2 per multiply-add (:func:`einsum_flops` states the general rule).
+Only matrix multiplications are counted; the elementwise work (norms, rotary embeddings,
+softmax, SiLU, residual adds) is a few FLOPs per element and is left out: chapter 4
+measures how small it is with XLA's cost analysis.
 
 Sources: meta-llama/llama-models (``models/llama3_1/api/sku_list.py`` and the reference
-``models/llama3/model.py``) and the LLaMA-3 paper, arXiv:2407.21783, Table 3.
+``models/llama3/model.py``) and the LLaMA-3 paper, arXiv:2407.21783, Table 3; Mixtral:
+arXiv:2401.04088, Table 1.
 """
 
 from __future__ import annotations
@@ -31,14 +35,21 @@ from . import roofline as _rl
 from .errors import UnknownNameError
 from .units import check_nonnegative, check_positive, check_positive_int
 
-__all__ = ["TransformerConfig", "ParamBreakdown", "TrainingMemory", "Matmul", "get_model",
-           "model_names", "PUBLISHED_PARAMS", "LLAMA3_405B_TOKENS", "LLAMA3_405B_FLOPS", "SOURCES"]
+__all__ = ["TransformerConfig", "ParamBreakdown", "TrainingMemory", "Matmul", "MoEConfig",
+           "get_model", "model_names", "einsum_flops", "REMAT_POLICIES", "MIXTRAL_8X7B",
+           "PUBLISHED_PARAMS", "LLAMA3_405B_TOKENS", "LLAMA3_405B_FLOPS",
+           "LLAMA3_MODEL_CARD", "MIXTRAL_PUBLISHED", "SOURCES"]
 
 # Published facts about the LLaMA-3 models, each with its source (see SOURCES).
 PUBLISHED_PARAMS = {   # parameter counts in the Hugging Face safetensors metadata
     "llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496, "llama3-405b": 405_853_388_800}
 LLAMA3_405B_TOKENS = 15.6e12   # pre-training text tokens of the 405B model (paper, §1 and §2)
 LLAMA3_405B_FLOPS = 3.8e25     # pre-training compute of the 405B model (paper, §1)
+# The Llama 3 model card (April 2024): pre-training GPU-hours on H100-80GB and tokens.
+LLAMA3_MODEL_CARD = {"llama3-8b": {"gpu_hours": 1.3e6, "tokens": 15e12},
+                     "llama3-70b": {"gpu_hours": 6.4e6, "tokens": 15e12}}
+# Mixtral 8x7B as its paper rounds it: total and active (per token) parameters.
+MIXTRAL_PUBLISHED = {"total": 47e9, "active": 13e9}
 SOURCES = {
     "PUBLISHED_PARAMS": "Hugging Face model pages of meta-llama/Llama-3.1-{8B,70B,405B} "
                         "(safetensors metadata)",
@@ -46,7 +57,50 @@ SOURCES = {
     "LLAMA3_405B_FLOPS": "Llama Team, The Llama 3 Herd of Models, arXiv:2407.21783, §1",
     "configs": "meta-llama/llama-models, models/llama3_1/api/sku_list.py and "
                "models/llama3/model.py; arXiv:2407.21783, Table 3",
+    "LLAMA3_MODEL_CARD": "Meta, Llama 3 model card (github.com/meta-llama/llama3, "
+                         "MODEL_CARD.md): 1.3M and 6.4M H100-80GB GPU-hours for 8B and "
+                         "70B, 'over 15 trillion tokens'",
+    "MIXTRAL": "Jiang et al., Mixtral of Experts, arXiv:2401.04088, Table 1 (shapes) "
+               "and §2 (47B parameters, 13B active per token)",
 }
+
+# Remat policies of :meth:`TransformerConfig.saved_values_per_layer_per_token`, each a
+# jax.checkpoint policy around one layer (scalebook.llama.REMAT_POLICY_FNS maps them).
+REMAT_POLICIES = ("nothing", "attention_out", "weight_dots", "dots")
+
+
+def einsum_flops(spec: str, *shapes) -> int:
+    """FLOPs of a two-operand ``jnp.einsum(spec, a, b)``: 2 x the product of the sizes of
+    all distinct dimension letters, each counted once whether it is a batch dimension (in
+    both operands and the output), a contracting one (in both operands, not the output) or
+    a free one (in one operand and the output). A letter in only one operand and not in the
+    output is a plain sum, not part of the product, and is refused."""
+    if not isinstance(spec, str) or spec.count("->") != 1:
+        raise ValueError(f"spec must look like 'ij,jk->ik'; got {spec!r}")
+    ins, out = spec.replace(" ", "").split("->")
+    ops = ins.split(",")
+    if len(ops) != 2 or len(shapes) != 2:
+        raise ValueError(f"einsum_flops counts two operands; got spec {spec!r} and "
+                         f"{len(shapes)} shapes")
+    sizes = {}
+    for letters, shape in zip(ops, shapes):
+        shape = tuple(shape)
+        if len(letters) != len(shape):
+            raise ValueError(f"operand {letters!r} has {len(letters)} letters but shape "
+                             f"{shape}")
+        for ch, n in zip(letters, shape):
+            n = check_positive_int(f"size of {ch!r}", n)
+            if sizes.setdefault(ch, n) != n:
+                raise ValueError(f"dimension {ch!r} is {sizes[ch]} in one place and {n} "
+                                 f"in another")
+    for ch in sizes:
+        if ch not in out and not (ch in ops[0] and ch in ops[1]):
+            raise ValueError(f"dimension {ch!r} is summed inside one operand; "
+                             f"einsum_flops counts products only")
+    total = 2
+    for n in sizes.values():
+        total *= n
+    return total
 
 
 @dataclass(frozen=True)
@@ -390,6 +444,52 @@ class TransformerConfig:
             elements = self.n_layers * per_layer + head
         return _exact(elements * s)
 
+    def saved_values_per_layer_per_token(self, policy: str, context: int = 1) -> int:
+        """Values one layer wrapped in ``jax.checkpoint`` keeps per token for its backward
+        pass, by policy (the rest is recomputed in the backward pass):
+
+        * "nothing" (nothing_saveable): the layer's input, D.
+        * "attention_out" (save_only_these_names("attention_out")): the input and the
+          attention output before W_o, D + H h.
+        * "weight_dots" (dots_with_no_batch_dims_saveable): the input and the outputs of
+          the weight matmuls that the backward pass needs: q, k and v (H h + 2 H_kv h),
+          the W_o output (D: the residual x + o W_o feeds the MLP's norm) and the gate and
+          up projections (2 F); not W_down's output, which only feeds the next layer.
+          2 D + H h + 2 H_kv h + 2 F.
+        * "dots" (dots_saveable): also the attention matmuls' outputs, the scores of
+          every query head against ``context`` keys (H T) and the weighted sum of the
+          values (H h): 2 D + 2 H h + 2 H_kv h + 2 F + H T.
+
+        Counted for the unfused attention of :mod:`scalebook.llama` (a fused kernel has no
+        score matmul for a policy to save). Chapter 4 checks each count against the
+        residuals JAX keeps."""
+        D, F, Hh, kv = self.d_model, self.d_ff, self.q_dim, self.kv_dim
+        T = check_positive_int("context", context)
+        if policy not in REMAT_POLICIES:
+            raise ValueError(f"policy must be one of {REMAT_POLICIES}; got {policy!r}")
+        return {"nothing": D, "attention_out": D + Hh,
+                "weight_dots": 2 * D + Hh + 2 * kv + 2 * F,
+                "dots": 2 * D + 2 * Hh + 2 * kv + 2 * F + self.n_heads * T}[policy]
+
+    def recompute_flops_per_layer_per_token(self, policy: str, context: int) -> float:
+        """Matmul FLOPs per token that the backward pass of one checkpointed layer spends
+        recomputing its forward, by policy (see :meth:`saved_values_per_layer_per_token`;
+        ``context`` T keys per query, full T x T scores as scalebook.llama computes them).
+
+        Only what the backward pass needs is recomputed: never W_down (its output only
+        feeds the next layer), and under "attention_out" not the weighted sum of values.
+        "nothing": 2 (D H h + 2 D H_kv h + H h D + 2 D F) + 4 T H h;
+        "attention_out": the same less 2 T H h; "weight_dots": the two attention matmuls,
+        4 T H h; "dots": 0."""
+        T = check_positive_int("context", context)
+        if policy not in REMAT_POLICIES:
+            raise ValueError(f"policy must be one of {REMAT_POLICIES}; got {policy!r}")
+        D, F, Hh = self.d_model, self.d_ff, self.q_dim
+        attn = 2 * T * Hh                                 # one attention matmul per token
+        weights = 2 * (self.attention_params_per_layer() + 2 * D * F)   # not W_down
+        return {"nothing": weights + 2 * attn, "attention_out": weights + attn,
+                "weight_dots": 2 * attn, "dots": 0}[policy]
+
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2) -> float:
         """Bytes of keys and values one token leaves in the cache: 2 L K h x bytes."""
         s = check_positive("bytes_per_element", bytes_per_element)
@@ -405,6 +505,83 @@ class TransformerConfig:
         """A copy with some fields changed (validated again)."""
         from dataclasses import replace
         return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """A mixture-of-experts transformer: ``dense`` gives the shapes (its ``d_ff`` is one
+    expert's hidden width), and every layer's MLP is ``n_experts`` (E) such gated MLPs
+    with a router [D, E] (no bias) that sends each token to ``top_k`` (k) of them.
+
+    Total parameters: the dense model's, plus (E - 1) more MLPs and the router per layer.
+    Active parameters (those one token meets): k MLPs per layer instead of one, and the
+    router. FLOPs per token follow the active count, memory the total."""
+
+    dense: TransformerConfig
+    n_experts: int
+    top_k: int
+
+    def __post_init__(self):
+        if not isinstance(self.dense, TransformerConfig):
+            raise ValueError(f"dense must be a TransformerConfig; got {self.dense!r}")
+        E = check_positive_int("n_experts", self.n_experts)
+        k = check_positive_int("top_k", self.top_k)
+        if k > E:
+            raise ValueError(f"top_k={k} experts per token is more than n_experts={E}")
+
+    @property
+    def name(self) -> str:
+        return self.dense.name
+
+    def router_params(self) -> int:
+        """L D E: one [D, E] router per layer."""
+        return self.dense.n_layers * self.dense.d_model * self.n_experts
+
+    def _with_mlps(self, n_mlps: int) -> int:
+        c = self.dense
+        return (c.num_params() + c.n_layers * (n_mlps - 1) * c.mlp_params_per_layer()
+                + self.router_params())
+
+    def total_params(self) -> int:
+        """Every parameter: what the weights occupy in memory."""
+        return self._with_mlps(self.n_experts)
+
+    def active_params(self) -> int:
+        """Parameters one token meets: k experts per layer, attention, router, embedding,
+        norms and head."""
+        return self._with_mlps(self.top_k)
+
+    def active_matmul_params(self) -> int:
+        """Active parameters that take part in a matmul (not the embedding lookup or the
+        norms): 2 x this is the forward FLOPs per token of the weight matmuls."""
+        c = self.dense
+        return (c.matmul_params() + c.n_layers * (self.top_k - 1) * c.mlp_params_per_layer()
+                + self.router_params())
+
+    def training_flops(self, tokens: float) -> float:
+        """6 x active parameters x tokens (the 6 N N_tok rule with the active count)."""
+        return 6 * self.active_params() * _check_tokens("tokens", tokens)
+
+    def weight_bytes(self, bytes_per_element: float = 2) -> float:
+        """Bytes of all parameters (every expert is stored)."""
+        return _exact(self.total_params() * check_positive("bytes_per_element",
+                                                           bytes_per_element))
+
+    def all_to_all_bytes_per_token(self, bytes_per_element: float = 2) -> float:
+        """Bytes one token sends in ONE of an MoE layer's two all-to-alls (dispatch to its
+        experts, combine back): its k copies of [D] activations, k D s, when all of them
+        leave its chip (scalebook.parallelism.moe_all_to_all_bytes adds the (n-1)/n that
+        stays home on n chips)."""
+        s = check_positive("bytes_per_element", bytes_per_element)
+        return _exact(self.top_k * self.dense.d_model * s)
+
+
+# Mixtral 8x7B (arXiv:2401.04088, Table 1): dim 4096, 32 layers, head_dim 128, hidden
+# 14336, 32 heads, 8 KV heads, vocabulary 32000, 8 experts, top 2; untied head.
+MIXTRAL_8X7B = MoEConfig(
+    TransformerConfig("mixtral-8x7b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                      head_dim=128, d_ff=14336, vocab_size=32000, rope_theta=1e6),
+    n_experts=8, top_k=2)
 
 
 _MODELS = {

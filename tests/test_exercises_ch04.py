@@ -147,6 +147,57 @@ HINTS["4.8"] += [(math.floor(8 * HBM / PER_SEQ), "weights take their share"),
                  (math.floor((8 * HBM - WEIGHTS70) / (PER_SEQ * 8)), "n_kv_heads")]
 HINTS["4.10"] += [(1 / RIGHT["4.10"], "upside down")]
 
+# 4.14: LLaMA-3 70B with 16 experts of its MLP shape, top 2, router [d, E] per layer
+E14, K14 = 16, 2
+MLP70 = 3 * M70["d"] * M70["F"]
+ROUTER70 = M70["L"] * M70["d"] * E14
+ACTIVE14 = n_params(**M70) + M70["L"] * (K14 - 1) * MLP70 + ROUTER70
+TOTAL14 = n_params(**M70) + M70["L"] * (E14 - 1) * MLP70 + ROUTER70
+NORMS70 = (2 * M70["L"] + 1) * M70["d"]
+RIGHT["4.14"] = ACTIVE14
+WRONG["4.14"] = [TOTAL14, ACTIVE14 - ROUTER70, ACTIVE14 - M70["L"] * MLP70, n_params(**M70),
+                 ACTIVE14 - M70["V"] * M70["d"] - NORMS70, ACTIVE14 + 1]
+HINTS["4.14"] = [(TOTAL14, "that is the total"), (ACTIVE14 - ROUTER70, "routers"),
+                 (ACTIVE14 - M70["L"] * MLP70, "not one"), (n_params(**M70), "dense model"),
+                 (ACTIVE14 - M70["V"] * M70["d"] - NORMS70, "embedding and the norms")]
+
+# 4.15: weight_dots keeps 2d + H h + 2 K h + 2F per token per layer (bf16, 80 layers)
+KEPT70 = 2 * M70["d"] + M70["H"] * M70["h"] + 2 * M70["K"] * M70["h"] + 2 * M70["F"]
+RIGHT["4.15"] = M70["L"] * KEPT70 * 2
+SCORES70 = M70["H"] * 8192 + M70["H"] * M70["h"]          # dots_saveable keeps these too
+MISTAKES_4_15 = [
+    (M70["L"] * (KEPT70 + M70["d"]) * 2, "W_d's output is not kept"),
+    (M70["L"] * (KEPT70 - M70["d"]) * 2, "keep W_o's output"),
+    (M70["L"] * (KEPT70 - 2 * M70["d"]) * 2, "the layer's input"),
+    (M70["L"] * (KEPT70 + 2 * (M70["H"] - M70["K"]) * M70["h"]) * 2, "n_kv_heads"),
+    (KEPT70 * 2, "one layer"),
+    (M70["L"] * KEPT70 * 4, "f32"),
+    (M70["L"] * KEPT70, "counts values"),
+    (M70["L"] * (KEPT70 + SCORES70) * 2, "dots_saveable"),
+]
+WRONG["4.15"] = [a for a, _ in MISTAKES_4_15]
+HINTS["4.15"] = list(MISTAKES_4_15)
+
+# 4.16: 70B, fp8 weights, int4 cache (0.5 byte), 4 H100s, 32K context
+KV_INT4 = 2 * M70["L"] * M70["K"] * M70["h"] * 0.5 * 32768
+
+
+def batch_416(weights=1 * N70, per_seq=KV_INT4, hbm=HBM):
+    return math.floor((4 * hbm - weights) / per_seq)
+
+
+RIGHT["4.16"] = batch_416()
+MISTAKES_4_16 = [
+    (batch_416(per_seq=4 * KV_INT4), "bf16 cache"),
+    (batch_416(per_seq=2 * KV_INT4), "8-bit cache"),
+    (batch_416(weights=2 * N70), "fp8 here"),
+    (batch_416(weights=0), "weights take their share"),
+    (batch_416(hbm=HBM / 1e9 * 2**30), "GiB"),
+    (batch_416() + 1, "round down"),
+]
+WRONG["4.16"] = [a for a, _ in MISTAKES_4_16]
+HINTS["4.16"] = list(MISTAKES_4_16)
+
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, ... not attempted, malformed answers answered: tests/exercise_harness.py.
 # Every hint of every numeric exercise is reached by a built mistake (all_hints).
@@ -163,6 +214,11 @@ def test_4_9_one_hint_names_both_12_byte_slips():
     msg = evaluate("4.9", 12 * N70).message
     assert "master copy" in msg and "moments" in msg
     assert "GiB" not in evaluate("4.9", float(f"{16 * N70:.1e}")).message
+
+
+def test_4_16_the_nominal_count_is_one_too_many():
+    assert batch_416(weights=70e9) == RIGHT["4.16"] + 1
+    assert "num_params" in evaluate("4.16", RIGHT["4.16"] + 1).message
 
 
 def test_at_least_ten_exercises():

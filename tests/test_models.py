@@ -164,3 +164,78 @@ def test_unknown_model_lists_known():
 def test_published_constants_agree_with_test_table():
     from scalebook.models import PUBLISHED_PARAMS
     assert PUBLISHED_PARAMS == PUBLISHED
+
+
+# -- einsum FLOPs, MoE counts, remat policies (chapter 4) -----------------------------------
+
+def test_einsum_flops_counts_every_dimension_once():
+    from scalebook.models import einsum_flops
+    assert einsum_flops("ij,jk->ik", (3, 5), (5, 7)) == 2 * 3 * 5 * 7
+    # GQA scores: batch b and k, contracting h, free s, g, t
+    assert einsum_flops("bskgh,btkh->bkgst", (2, 8, 3, 4, 16), (2, 10, 3, 16)) \
+        == 2 * 2 * 8 * 10 * 3 * 4 * 16
+    assert einsum_flops("bd,d->b", (4, 6), (6,)) == 2 * 4 * 6      # matrix-vector
+
+
+@pytest.mark.parametrize("spec,shapes,words", [
+    ("ij,jk", ((2, 3), (3, 4)), "look like"),
+    ("ij,jk->ik", ((2, 3), (4, 5)), "in another"),
+    ("ij,jk->ik", ((2, 3, 1), (3, 4)), "letters"),
+    ("ijx,jk->ik", ((2, 3, 5), (3, 4)), "summed inside one operand"),
+    ("ij,jk,kl->il", ((2, 3), (3, 4), (4, 5)), "two operands"),
+])
+def test_einsum_flops_refuses_what_the_rule_does_not_cover(spec, shapes, words):
+    from scalebook.models import einsum_flops
+    with pytest.raises(ValueError, match=words):
+        einsum_flops(spec, *shapes)
+
+
+def test_mixtral_counts_by_hand():
+    from scalebook.models import MIXTRAL_8X7B, MIXTRAL_PUBLISHED
+    L, d, H, K, h, F, V, E, k = 32, 4096, 32, 8, 128, 14336, 32000, 8, 2
+    attn = 2 * d * H * h + 2 * d * K * h
+    shared = 2 * V * d + L * (attn + 2 * d + d * E) + d
+    total, active = shared + L * E * 3 * d * F, shared + L * k * 3 * d * F
+    m = MIXTRAL_8X7B
+    assert m.total_params() == total == 46_702_792_704
+    assert m.active_params() == active
+    assert m.active_matmul_params() == active - V * d - (2 * L + 1) * d
+    assert round(total / 1e9) == round(MIXTRAL_PUBLISHED["total"] / 1e9)
+    assert round(active / 1e9) == round(MIXTRAL_PUBLISHED["active"] / 1e9)
+    assert m.training_flops(10) == 60 * active
+    assert m.weight_bytes(2) == 2 * total
+    assert m.all_to_all_bytes_per_token(2) == k * d * 2
+
+
+def test_moe_with_one_expert_is_the_dense_model_plus_its_router():
+    from scalebook.models import MoEConfig
+    c = tiny()
+    m = MoEConfig(c, 1, 1)
+    assert m.total_params() == m.active_params() == c.num_params() + c.n_layers * c.d_model
+
+
+@pytest.mark.parametrize("E,k", [(0, 1), (2, 3), (4, 0), (2.5, 1)])
+def test_moe_rejects_bad_expert_counts(E, k):
+    from scalebook.models import MoEConfig
+    with pytest.raises(ValueError):
+        MoEConfig(tiny(), E, k)
+
+
+def test_remat_values_and_recompute_by_hand():
+    c = tiny()                    # D 64, H h 64, H_kv h 32, F 160, H 4
+    D, Hh, kv, F, H, T = 64, 64, 32, 160, 4, 50
+    assert c.saved_values_per_layer_per_token("nothing", T) == D
+    assert c.saved_values_per_layer_per_token("attention_out", T) == D + Hh
+    assert c.saved_values_per_layer_per_token("weight_dots", T) == 2 * D + Hh + 2 * kv + 2 * F
+    assert c.saved_values_per_layer_per_token("dots", T) \
+        == 2 * D + 2 * Hh + 2 * kv + 2 * F + H * T
+    weights_but_down = 2 * (2 * D * Hh + 2 * D * kv + 2 * D * F)
+    assert c.recompute_flops_per_layer_per_token("nothing", T) == weights_but_down + 4 * T * Hh
+    assert c.recompute_flops_per_layer_per_token("attention_out", T) \
+        == weights_but_down + 2 * T * Hh
+    assert c.recompute_flops_per_layer_per_token("weight_dots", T) == 4 * T * Hh
+    assert c.recompute_flops_per_layer_per_token("dots", T) == 0
+    with pytest.raises(ValueError, match="policy must be one of"):
+        c.saved_values_per_layer_per_token("everything")
+    with pytest.raises(ValueError, match="policy must be one of"):
+        c.recompute_flops_per_layer_per_token("full", T)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..hardware import get_chip
-from ..models import LLAMA3_405B_TOKENS, TransformerConfig, get_model
+from ..models import LLAMA3_405B_TOKENS, MoEConfig, TransformerConfig, get_model
 from .core import register
 from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
 
@@ -79,7 +79,7 @@ register(NumericExercise(
         (lambda a: a == _m("llama3-8b").num_params(),
          "that is the untied count: tying removes the separate output head."),
         (lambda a: a == _tied_8b() - _m("llama3-8b").param_breakdown().embedding,
-         "you removed the V x d table twice: the tied model still has one copy."),
+         "you removed the V x D table twice: the tied model still has one copy."),
     ],
 ))
 
@@ -239,7 +239,7 @@ register(NumericExercise(
     rtol=0.02, reference=_remat_ratio,
     hints=[
         (lambda a: _close(a, _remat_ratio_no_head(), 0.002),
-         "add the head's activations (2 d + V per token) on both sides: they are kept with or "
+         "add the head's activations (2 D + V per token) on both sides: they are kept with or "
          "without remat."),
         (lambda a: _close(a, _remat_ratio_no_extra_layer(), 0.002),
          "during the backward pass one layer is recomputed, so its full activations are alive too."),
@@ -271,8 +271,8 @@ _CASES_11 = [(126, 8, 128, 3, 131072, 1), (2, 1, 64, 5, 100, 4), (80, 8, 128, 1,
 register(CodeExercise(
     id="4.11", title="KV cache size, in code", reference=_kv_ref, cases=_CASES_11, rtol=1e-9,
     unit="bytes",
-    describe=lambda L, K, h, B, S, s: f"n_layers={L}, n_kv_heads={K}, head_dim={h}, batch={B}, "
-                                      f"context={S}, bytes_per_element={s}",
+    describe=lambda L, H_kv, h, B, T, s: (f"n_layers={L}, n_kv_heads={H_kv}, head_dim={h}, "
+                                          f"batch={B}, context={T}, bytes_per_element={s}"),
     hints=[
         (lambda got, want, args: _is(got, want / 2), "keys AND values: a factor 2."),
         (lambda got, want, args: _is(got, want / args[3]), "multiply by the batch."),
@@ -302,18 +302,19 @@ _CASES_12 = [(32, 4096, 32, 8, 128, 14336, 128256, False),
 register(CodeExercise(
     id="4.12", title="Parameter count, in code", reference=_params_ref, cases=_CASES_12,
     compare=lambda got, want: as_number(got) == want, unit="parameters",
-    describe=lambda L, d, H, K, h, F, V, t: f"L={L}, d={d}, H={H}, K={K}, h={h}, F={F}, V={V}, tied={t}",
+    describe=lambda L, D, H, H_kv, h, F, V, t: (f"L={L}, D={D}, H={H}, H_kv={H_kv}, h={h}, "
+                                                f"F={F}, V={V}, tied={t}"),
     hints=[
         (lambda got, want, args: as_number(got) == want - _norms(args),
-         "the RMSNorm gains count too: two per layer and a final one, d each."),
+         "the RMSNorm gains count too: two per layer and a final one, D each."),
         (lambda got, want, args: as_number(got) == want - args[1] * args[6] and args[7] is False,
-         "untied: the output head is a separate V x d matrix."),
+         "untied: the output head is a separate V x D matrix."),
         (lambda got, want, args: as_number(got) == want + args[1] * args[6] and args[7] is True,
-         "tied: the output head reuses the embedding, so count V x d once."),
+         "tied: the output head reuses the embedding, so count V x D once."),
         (lambda got, want, args: as_number(got) == want + 2 * args[0] * args[1] * (args[2] - args[3]) * args[4],
          "k and v have n_kv_heads heads, not n_heads."),
         (lambda got, want, args: as_number(got) == want + 2 * args[0] * args[1] * (args[1] - args[2] * args[4]),
-         "the q and o projections are d x (n_heads head_dim), which need not equal d x d."),
+         "the q and o projections are D x (n_heads head_dim), which need not equal D x D."),
     ],
 ))
 
@@ -331,4 +332,104 @@ register(ChoiceExercise(
     hints={"weights": "compare 4 L S H h with 2 x (matmul parameters) at S = 131,072: the "
                       "attention term grows with S (your answer to 4.6 is the crossover).",
            "attention": "compare 4 L S H h with 2 x (matmul parameters) at S = 131,072."},
+))
+
+
+# 4.14 -----------------------------------------------------------------------------------
+_E_414, _K_414 = 16, 2
+
+
+def _moe_70b(n_experts=_E_414, top_k=_K_414):
+    return MoEConfig(_m("llama3-70b"), n_experts, top_k)
+
+
+register(NumericExercise(
+    id="4.14", title="Active parameters of an MoE LLaMA-3 70B", unit="parameters",
+    integer=True, reference=lambda: _moe_70b().active_params(),
+    hints=[
+        (lambda a: a == _moe_70b().total_params(),
+         "that is the total, every expert: a token meets only k = 2 experts per layer."),
+        (lambda a: a == _moe_70b().active_params() - _moe_70b().router_params(),
+         "count the routers too: a [D, E] matrix in every layer, and every token uses it."),
+        (lambda a: a == _moe_70b(top_k=1).active_params(),
+         "each token meets k = 2 experts per layer, not one."),
+        (lambda a: a == _moe_70b().active_matmul_params(),
+         "that leaves out the embedding and the norms; count every parameter a token meets."),
+        (lambda a: a == _m("llama3-70b").num_params(),
+         "that is the dense model: add the second expert and the router of every layer."),
+    ],
+))
+
+
+# 4.15 -----------------------------------------------------------------------------------
+_CTX_415 = 8192
+
+
+def _weight_dots_70b(values=None, bpe=2, layers=None):
+    m = _m("llama3-70b")
+    v = m.saved_values_per_layer_per_token("weight_dots", _CTX_415) if values is None else values
+    return (m.n_layers if layers is None else layers) * v * bpe
+
+
+def _wd(extra):
+    m = _m("llama3-70b")
+    return m.saved_values_per_layer_per_token("weight_dots", _CTX_415) + extra
+
+
+register(NumericExercise(
+    id="4.15", title="What the weight_dots policy keeps for 70B", unit="bytes per token",
+    rtol=0.01,
+    reference=_weight_dots_70b,
+    hints=[
+        (lambda a: _close(a, _weight_dots_70b(_wd(_m("llama3-70b").d_model)), 0.005),
+         "W_d's output is not kept: nothing in the layer's backward pass needs it (it only "
+         "feeds the next layer, whose input is kept there)."),
+        (lambda a: _close(a, _weight_dots_70b(_wd(-_m("llama3-70b").d_model)), 0.005),
+         "keep W_o's output too: the residual it joins feeds the MLP's norm, and the "
+         "backward pass needs that."),
+        (lambda a: _close(a, _weight_dots_70b(_wd(-_m("llama3-70b").d_model
+                                                  - _m("llama3-70b").d_model)), 0.005),
+         "count the layer's input (D) and W_o's output (D) besides the projections."),
+        (lambda a: _close(a, _weight_dots_70b(_wd(2 * (_m("llama3-70b").q_dim
+                                                       - _m("llama3-70b").kv_dim))), 0.005),
+         "keys and values have n_kv_heads heads (H_kv h each), not n_heads."),
+        (lambda a: _close(a, _weight_dots_70b(layers=1), 0.005),
+         "that is one layer; all 80 keep their values."),
+        (lambda a: _close(a, _weight_dots_70b(bpe=4), 0.005), "that is f32; bf16 is 2 bytes."),
+        (lambda a: _close(a, _weight_dots_70b(bpe=1), 0.005),
+         "that counts values; in bf16 each takes 2 bytes."),
+        (lambda a: _close(a, _weight_dots_70b(_m("llama3-70b").saved_values_per_layer_per_token(
+            "dots", _CTX_415)), 0.005),
+         "that is dots_saveable: the no-batch-dims policy keeps no output of the attention "
+         "matmuls (they have a batch dimension)."),
+    ],
+))
+
+
+# 4.16 -----------------------------------------------------------------------------------
+_GPUS_416, _CTX_416 = 4, 32768
+
+
+def _batch_416(w_bpe=1, kv_bpe=0.5, n_params=None, hbm_bytes=None, weights=True):
+    m = _m("llama3-70b")
+    hbm = get_chip("gpu-h100").hbm_bytes if hbm_bytes is None else hbm_bytes
+    n = m.num_params() if n_params is None else n_params
+    free = _GPUS_416 * hbm - (n * w_bpe if weights else 0)
+    return math.floor(free / m.kv_cache_bytes(1, _CTX_416, kv_bpe))
+
+
+register(NumericExercise(
+    id="4.16", title="An 8-bit model with a 4-bit cache on 4 H100s", unit="sequences",
+    integer=True, reference=_batch_416,
+    hints=[
+        (lambda a: a == _batch_416(kv_bpe=2), "that is a bf16 cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(kv_bpe=1), "that is an 8-bit cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(w_bpe=2), "the weights are fp8 here: 1 byte each, not 2."),
+        (lambda a: a == _batch_416(weights=False), "the weights take their share of HBM first."),
+        (lambda a: a == _batch_416(hbm_bytes=get_chip("gpu-h100").hbm_bytes / 1e9 * 2**30),
+         "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
+        (lambda a: a == _batch_416() + 1,
+         "round down (and use the exact num_params(), not 70e9): a partial sequence does "
+         "not fit."),
+    ],
 ))
