@@ -10,8 +10,8 @@ of chip. The mesh has four axes, innermost first::
 
 An axis runs on the fast network (TPU ICI; GPU NVLink) when it and every axis inside it fit
 in one slice (``chip.max_slice_chips``, the largest one job can be given: 6,144 of a v5p
-pod's 8,960 chips; ``chip.ici_domain_chips`` where no slice limit is listed), otherwise on the scale-out network
-(``chip.dcn_bandwidth``; :func:`scalebook.parallelism.network`). Each mesh axis is timed as
+pod's 8,960 chips; ``chip.ici_domain_chips`` where no slice limit is listed), otherwise on
+the scale-out network (``chip.dcn_bandwidth``; :func:`scalebook.parallelism.network`). Each mesh axis is timed as
 one ring (a bidirectional torus ring on a TPU) by
 :func:`scalebook.collectives.collective_time`; a real slice can lay a big axis over two or
 three torus dimensions and go faster, so the times are upper bounds for TPUs.
@@ -289,8 +289,13 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def _fast_domain(chip: Chip, n_chips: int) -> int:
+    """The most chips one job's fast network joins: the largest slice, else the domain."""
+    return chip.max_slice_chips or chip.ici_domain_chips or n_chips
+
+
 def _net_of(chip: Chip, inner: int, n_chips: int) -> str:
-    domain = chip.max_slice_chips or chip.ici_domain_chips or n_chips
+    domain = _fast_domain(chip, n_chips)
     return "ici" if inner <= domain else "dcn"
 
 
@@ -477,7 +482,7 @@ def check_plan(plan: TrainingPlan) -> None:
 # ------------------------------------------------------------------------------------------
 
 def _candidates(c, ch, n, seqs, fixed, remats):
-    domain = ch.ici_domain_chips or n
+    domain = _fast_domain(ch, n)
     for tp in _divisors(n):
         if "tp" in fixed and tp != fixed["tp"]:
             continue
@@ -580,10 +585,10 @@ def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
     head = f"{c.name} does not fit on {n} x {ch.name}"
     if fixed:
         head += f" with {fixed}"
-    if closest is None and ch.dcn_bandwidth is None and n > (ch.ici_domain_chips or n):
-        return (head + f": {n} chips span more than one {ch.ici_domain_chips}-chip domain and "
+    if closest is None and ch.dcn_bandwidth is None and n > _fast_domain(ch, n):
+        return (head + f": {n} chips span more than one {_fast_domain(ch, n)}-chip domain and "
                 f"{ch.name} has no dcn_bandwidth in scalebook.hardware; use at most "
-                f"{ch.ici_domain_chips} chips or get_chip({ch.name!r}).with_(dcn_bandwidth=...)")
+                f"{_fast_domain(ch, n)} chips or get_chip({ch.name!r}).with_(dcn_bandwidth=...)")
     if closest is None:
         return (head + ": no configuration divides the chips, the model and the "
                 f"{B // S} sequences of the batch; choose a chip count with more factors "

@@ -372,3 +372,11 @@ def test_speculative_bad_input(served):
         llama.draft_from_layers(params, TINY, 2)
     with pytest.raises(ValueError, match="k must be"):
         llama.speculative_generate(params, TINY, params, TINY, prompt[:1], 4, k=0)
+
+
+def test_simulation_reports_the_realised_arrival_rate():
+    """Poisson arrivals of one run come at a rate near, not at, the nominal one."""
+    from scalebook import inference as _inf
+    s = _inf.simulate_serving("llama3-8b", "gpu-h100", 1, rate=50.0, n_requests=2000,
+                              prompt_len=64, output_len=8)
+    assert s.offered_rate != 50.0 and abs(s.offered_rate / 50.0 - 1) < 0.1
