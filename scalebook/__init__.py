@@ -39,7 +39,7 @@ Formula or task -> function::
   the roof min(C, I W_hbm)                        roofline.attainable_flops
   tiled matmul bytes and intensity                roofline.tiled_matmul_bytes / tiled_matmul_intensity
   contraction split over chips (compute vs comm)  roofline.contraction_split_times / min_contraction_to_hide_comm
-  systolic-array simulation, cycles M+K+N-2       chip_internals.systolic_matmul / systolic_cycles
+  systolic-array simulation, cycles B+D+F-2       chip_internals.systolic_matmul / systolic_cycles
   MXU padding efficiency, MXU share of the peak   chip_internals.mxu_padding_efficiency / mxu_peak_flops
   overlapped load/compute pipeline                chip_internals.pipelined_time
   hops, diameter, mean distance on a torus        topology.torus_hops / diameter / mean_hops
