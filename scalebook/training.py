@@ -387,7 +387,7 @@ def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
                  "shards weights, gradients, Adam state; gathers per microbatch" if deg.fsdp > 1 else "not used")
     r["pp"] = ("fixed by the caller" if "pp" in fixed else
                "splits the layers; sends activations between stages"
-               if deg.pp > 1 else "not needed: no bubble")
+               if deg.pp > 1 else "not needed: state and activations fit without it")
     r["dp"] = ("fixed by the caller" if "dp" in fixed else
                "replicas; one gradient all-reduce per step"
                if deg.dp > 1 else "not used")
@@ -454,6 +454,8 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
     if imbalance > 1:
         notes.append(f"{c.n_layers} layers over {deg.pp} stages: {L_p} per stage, "
                      f"{imbalance - 1:.1%} idle on the lighter stages")
+        notes.append("a real run may balance the stages otherwise (LLaMA-3 gives its first "
+                     "and last stage one layer fewer)")
     return TrainingPlan(
         model=c.name, chip=ch.name, degrees=deg, networks=nets,
         reasons=_reasons(c, ch, deg, nets, _fixed or {}), global_batch_tokens=B, seq_len=S,
