@@ -240,26 +240,26 @@ class TransformerConfig:
 
     @property
     def kv_dim(self) -> int:
-        """Width of all key (or all value) heads together: K h."""
+        """Width of all key (or all value) heads together: H_kv h."""
         return self.n_kv_heads * self.head_dim
 
     @property
     def group_size(self) -> int:
-        """Query heads per key/value head: H / K."""
+        """Query heads per key/value head: G = H / H_kv."""
         return self.n_heads // self.n_kv_heads
 
     # -- parameters -----------------------------------------------------------------------
     def attention_params_per_layer(self) -> int:
-        """q: d x Hh, k and v: d x Kh each, o: Hh x d."""
+        """q: D x Hh, k and v: D x H_kv h each, o: Hh x D."""
         d = self.d_model
         return d * self.q_dim + 2 * d * self.kv_dim + self.q_dim * d
 
     def mlp_params_per_layer(self) -> int:
-        """Gate and up: d x F each, down: F x d."""
+        """Gate and up: D x F each, down: F x D."""
         return 3 * self.d_model * self.d_ff
 
     def norm_params_per_layer(self) -> int:
-        """Two RMSNorm gain vectors of size d (before attention, before the MLP)."""
+        """Two RMSNorm gain vectors of size D (before attention, before the MLP)."""
         return 2 * self.d_model
 
     def params_per_layer(self) -> int:
@@ -343,7 +343,7 @@ class TransformerConfig:
         the result written once, ``bytes_per_element`` bytes each).
 
         The attention matmuls are written per (sequence, head): the scores are
-        [S, h] @ [h, S] for each of the B H query heads (a key head is shared by H / K of
+        [S, h] @ [h, S] for each of the B_seq H query heads (a key head is shared by G of
         them), and the weighted sum is [S, S] @ [S, h]. The score matrix is counted in full
         (S x S), as a plain implementation computes it."""
         B, S = check_positive_int("batch", batch), _check_seq_len(seq_len)
@@ -374,7 +374,7 @@ class TransformerConfig:
         ]
 
     def head_matmul(self, batch: int, seq_len: int, bytes_per_element: float = 2) -> Matmul:
-        """The output head: [B S, d] @ [d, V] -> logits."""
+        """The output head: [B_seq S, D] @ [D, V] -> logits."""
         T = check_positive_int("batch", batch) * _check_seq_len(seq_len)
         s = check_positive("bytes_per_element", bytes_per_element)
         d, V = self.d_model, self.vocab_size
@@ -409,13 +409,13 @@ class TransformerConfig:
         rematerialisation, assuming a fused attention kernel that does not store the S x S
         score matrix (it recomputes it from q, k, v and keeps the output):
 
-        * the layer input x (for the RMSNorm gradient) and the normed input: 2 d
-        * q (H h), k and v (K h each) after rotary embedding, and the attention output (H h):
+        * the layer input x (for the RMSNorm gradient) and the normed input: 2 D
+        * q (H h), k and v (H_kv h each) after rotary embedding, and the attention output (H h):
           2 H h + 2 K h
-        * the residual after attention and its normed copy: 2 d
+        * the residual after attention and its normed copy: 2 D
         * the MLP gate and up projections (F each) and their SiLU-gated product (F): 3 F
 
-        Total 4 d + 2 H h + 2 K h + 3 F. Per-row statistics (RMSNorm scale, softmax
+        Total 4 D + 2 H h + 2 H_kv h + 3 F. Per-row statistics (RMSNorm scale, softmax
         log-sum-exp) are a few numbers per token and are left out."""
         d, F = self.d_model, self.d_ff
         return 4 * d + 2 * self.q_dim + 2 * self.kv_dim + 3 * F
@@ -426,10 +426,10 @@ class TransformerConfig:
         ``remat=False``: every layer keeps activation_elements_per_layer_per_token()
         elements, so L times that.
         ``remat=True`` (full rematerialisation, one checkpoint per layer): each layer keeps
-        only its input (d elements); during the backward pass one layer at a time is
-        recomputed, so one layer's full set is alive on top: L d + one layer.
+        only its input (D elements); during the backward pass one layer at a time is
+        recomputed, so one layer's full set is alive on top: L D + one layer.
 
-        Both add the head: the final-norm input and output (2 d) and the logits (V), all at
+        Both add the head: the final-norm input and output (2 D) and the logits (V), all at
         ``bytes_per_element`` (bf16: 2); an implementation that keeps the logits in f32
         for the loss, as :mod:`scalebook.llama` does, holds 4 V bytes per token for them
         instead. Not included: the S x S score matrices (assumed
@@ -491,7 +491,7 @@ class TransformerConfig:
                 "weight_dots": 2 * attn, "dots": 0}[policy]
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2) -> float:
-        """Bytes of keys and values one token leaves in the cache: 2 L K h x bytes."""
+        """Bytes of keys and values one token leaves in the cache: 2 L H_kv h x bytes."""
         s = check_positive("bytes_per_element", bytes_per_element)
         return _exact(2 * self.n_layers * self.n_kv_heads * self.head_dim * s)
 
