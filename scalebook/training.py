@@ -454,8 +454,8 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
     if imbalance > 1:
         notes.append(f"{c.n_layers} layers over {deg.pp} stages: {L_p} per stage, "
                      f"{imbalance - 1:.1%} idle on the lighter stages")
-        notes.append("a real run may balance the stages otherwise (LLaMA-3 gives its first "
-                     "and last stage one layer fewer)")
+        notes.append("a real run may balance them otherwise (LLaMA-3: one layer fewer "
+                     "on the end stages)")
     return TrainingPlan(
         model=c.name, chip=ch.name, degrees=deg, networks=nets,
         reasons=_reasons(c, ch, deg, nets, _fixed or {}), global_batch_tokens=B, seq_len=S,
