@@ -322,7 +322,7 @@ class TransformerConfig:
         return 3 * self.forward_flops_per_token(seq_len, causal)
 
     def training_flops(self, tokens: float) -> float:
-        """The 6 N D rule: 6 * num_params() * tokens (forward 2N, backward 4N per token;
+        """The 6 N N_tok rule: 6 * num_params() * tokens (forward 2N, backward 4N per token;
         attention and elementwise work excluded, every parameter counted, as in the
         LLaMA-3 paper's compute figure)."""
         return 6 * self.num_params() * _check_tokens("tokens", tokens)
@@ -333,7 +333,7 @@ class TransformerConfig:
 
     def training_flops_with_attention(self, tokens: float, seq_len: int,
                                       causal: bool = False) -> float:
-        """6 N D plus the attention FLOPs of training on sequences of length ``seq_len``."""
+        """6 N N_tok plus the attention FLOPs of training on sequences of length ``seq_len``."""
         return self.training_flops(tokens) + self.training_attention_flops(tokens, seq_len, causal)
 
     # -- matmul map -----------------------------------------------------------------------

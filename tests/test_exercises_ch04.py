@@ -136,7 +136,7 @@ HINTS["4.1"] += [(2 * M70["d"] * M70["H"] * M70["h"], "W_k and W_v"),
                  (RIGHT["4.1"] * 80, "80 layers")]
 HINTS["4.2"] += [(M405["L"] * (2 * M405["d"] * M405["H"] * M405["h"] + 2 * M405["d"] * M405["K"]
                                * M405["h"]) / n_params(**M405), "attention share")]
-HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N D")]
+HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok")]
 HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
 HINTS["4.7"] = [(RIGHT["4.7"] * 8, "key/value heads"), (RIGHT["4.7"] / 2, "both keys and values"),

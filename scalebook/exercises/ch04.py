@@ -96,7 +96,7 @@ register(NumericExercise(
         (lambda a: _close(a, _flops_70b() / 3), "that is the forward pass only (2 N per token); "
                                                 "the backward pass costs twice the forward."),
         (lambda a: _close(a, _flops_70b() * 2 / 3), "that is the backward pass only; add the forward."),
-        (lambda a: _close(a, _flops_70b() / 6), "that is N D; each parameter costs 6 FLOPs per training token."),
+        (lambda a: _close(a, _flops_70b() / 6), "that is N N_tok; each parameter costs 6 FLOPs per training token."),
     ],
 ))
 
