@@ -77,12 +77,14 @@ SOURCES = {
     "nv-dgx-b200": "NVIDIA DGX B200, https://www.nvidia.com/en-us/data-center/dgx-b200/",
     "cloud-v5p-slices": "Google Cloud TPU docs, TPU v5p configurations (table of slice "
                         "topologies with chips and hosts), https://cloud.google.com/tpu/docs/v5p",
-    "scaling-book-vpu": "Austin et al., How to Scale Your Model, TPU chapter, appendix A "
-                        "(VPU: 8 x 128 lanes, 4 ALUs each on v5; v5p clock about 1.75 GHz), "
+    "scaling-book-vpu": "Austin et al., How to Scale Your Model, TPU chapter, appendix on the "
+                        "VPU (8 x 128 lanes, 4 f32 ALUs each on v5), "
                         "https://jax-ml.github.io/scaling-book/tpus/",
-    "cloud-v6e-mxus": "Google Cloud TPU docs, TPU v6e, the version of the page that gives "
-                      "4 MXUs per TensorCore (a later version says 2; see the chip's notes), "
-                      "https://cloud.google.com/tpu/docs/v6e",
+    "google-trillium": "Google Cloud blog, Introducing Trillium (2024): 4.7x v5e's peak from "
+                       "larger MXUs and a faster clock; the MXU count of 4 is derived from the "
+                       "peak at v5p's clock (Google's v6e page says 2; see the chip's notes), "
+                       "https://cloud.google.com/blog/products/compute/"
+                       "introducing-trillium-6th-gen-tpus",
     "cloud-tpu7x": "Google Cloud TPU docs, TPU7x (Ironwood), specification table, "
                    "https://docs.cloud.google.com/tpu/docs/tpu7x",
     "press-ironwood": "The Register on TPU7x (Ironwood), Nov 2025: four ICI links, 9.6 Tbps "
@@ -253,14 +255,15 @@ _add(_chip(
     # DCN: Google's pages now give 4 x 200 Gbps NICs per 8-chip host (100 Gbps per chip);
     # not stored yet, because chapter 5's tests and tables assume v6e has no DCN figure.
     dcn_bandwidth=None, pcie_bandwidth=3.2e10, price_per_hour=None,
-    notes="Versions of Google's v6e page give 2 and 4 MXUs per TensorCore; the bf16 peak "
-          "implies a 1.75 GHz clock (v5p's) with 4 and 3.5 GHz with 2, so the book uses 4.",
+    notes="Google's v6e page gives 2 MXUs per TensorCore, but with 2 the bf16 peak implies "
+          "a 3.5 GHz clock, twice any other TPU's; with 4 it implies v5p's 1.75 GHz, so the "
+          "book assumes 4 (derived, medium confidence).",
     tensorcores=1, mxus_per_core=4, mxu_size=256, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=256, max_slice_chips=256, vector_flops=None,
     sources=dict(bf16_flops="cloud-v6e", int8_flops="cloud-v6e", hbm_bytes="cloud-v6e",
                  hbm_bandwidth="cloud-v6e", ici_link_bandwidth="cloud-v6e",
                  ici_links="cloud-v6e", topology="cloud-v6e", pcie_bandwidth="scaling-book",
-                 tensorcores="cloud-v6e", mxus_per_core="cloud-v6e-mxus", mxu_size="cloud-v6e",
+                 tensorcores="cloud-v6e", mxus_per_core="google-trillium", mxu_size="cloud-v6e",
                  chips_per_host="cloud-v6e", ici_domain_chips="cloud-v6e",
                  max_slice_chips="cloud-v6e"),
 ))
@@ -393,9 +396,10 @@ DERIVED_FIGURES = (
     ("tpu-v5p", "vector_flops",
      {"sublanes": 8, "lanes": 128, "ALUs per lane": 4, "clock (Hz)": 1.75e9,
       "TensorCores": 2},
-     "the VPU of each TensorCore is 8 x 128 lanes with 4 f32 ALUs each, one operation per "
-     "ALU per cycle, at about 1.75 GHz (scaling-book, TPU chapter, appendix A, which gets "
-     "7e12 per core)",
+     "the VPU of each TensorCore is 8 x 128 lanes with 4 f32 ALUs each (scaling-book, TPU "
+     "chapter, appendix on the VPU), one operation per ALU per cycle (a fused multiply-add "
+     "not counted as two), at the 1.75 GHz that v5p's bf16 peak implies over its MXUs "
+     "(chip_internals.implied_clock)",
      "medium: an architecture description and an approximate clock, not a Google spec"),
     ("tpu-v5e", "vmem_bandwidth", {"HBM bandwidth (bytes/s)": 8.19e11, "VMEM / HBM": 22},
      "'VMEM bandwidth is around 22x higher than HBM bandwidth' (scaling-book, TPU chapter), "
@@ -413,8 +417,9 @@ _PREVIEW: dict[str, Chip] = {
         name="tpu7x", vendor="Google", display_name="TPU7x (Ironwood, preview)",
         bf16_flops=2.307e15, fp8_flops=4.614e15,
         hbm_bytes=192 * GiB, hbm_unit="GiB", hbm_bandwidth=7.38e12,
-        # 1,200 GB/s both ways per chip (Google) over 4 links (press), halved: 1.5e11.
-        ici_link_bandwidth=1.2e12 / 4 / 2, ici_links=4, topology="3D torus",
+        # 1,200 GB/s both ways per chip (Google) over the 6 links a 3D torus needs, halved:
+        # 1e11, as on the v5p (the press's "four links" cannot make a 3D torus).
+        ici_link_bandwidth=1.2e12 / 6 / 2, ici_links=6, topology="3D torus",
         # 100 Gbps of DCN per chip.
         dcn_bandwidth=1.25e10, pcie_bandwidth=None, price_per_hour=None,
         tensorcores=2, mxus_per_core=None, mxu_size=None, vmem_bytes=None,
@@ -436,9 +441,10 @@ PREVIEW_CONFIDENCE = {
         "fp8_flops": "high: Google's specification table (4,614 TFLOPs)",
         "hbm_bytes": "high: Google's specification table (192 GiB)",
         "hbm_bandwidth": "high: Google's specification table (7,380 GBps)",
-        "ici_links": "low: press reports of four ICI links; Google's page gives no count",
-        "ici_link_bandwidth": "low: Google's 1,200 GBps both ways per chip, over the four "
-                              "links of press reports, halved for one direction",
+        "ici_links": "low: the 6 links a 3D torus needs; Google's page gives no count and a "
+                     "press report of four links cannot make a 3D torus",
+        "ici_link_bandwidth": "low: Google's 1,200 GBps both ways per chip over 6 links, "
+                              "halved for one direction (1.5x more per link with 4)",
         "topology": "medium: press reports a 3D torus; Google's page says only that TPU7x "
                     "'shares many similarities with TPU v5p'",
         "dcn_bandwidth": "high: Google's specification table (100 Gbps per chip)",

@@ -97,12 +97,15 @@ HINTS = {   # a typical mistake -> words its hint must contain
              (1e-6 + SEND, "per hop"),                  # one latency, not six
              (6 * SEND, "forward"), (LAT + 6 * SEND, "forward")],   # a copy per hop
     "2.13": [(V5P.vector_flops / V5P.hbm_bandwidth, "per byte"),
-             (V5P.vector_flops * 4 / V5P.hbm_bandwidth, "both"),
+             (V5P.vector_flops * 4 / V5P.hbm_bandwidth, "not the read alone"),
+             (V5P.vector_flops * 4 / V5P.hbm_bandwidth, "already per chip"),
              (V5P.bf16_flops * 8 / V5P.hbm_bandwidth, "MXUs' peak")],
     "2.14": [(V6E.bf16_flops / V6E.hbm_bandwidth, "PCIe"),
              (V6E.bf16_flops / (2 * V6E.pcie_bandwidth), "2 bytes"),
              (2 * V6E.bf16_flops / V6E.pcie_bandwidth, "2 FLOPs"),
-             (V5E.bf16_flops / V5E.pcie_bandwidth, "v5e")],
+             (V5E.bf16_flops / V5E.pcie_bandwidth, "v5e"),
+             (8 * V6E.bf16_flops / V6E.pcie_bandwidth, "already per chip"),
+             (V6E.bf16_flops / (2 * V6E.pcie_bandwidth), "do not double")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected

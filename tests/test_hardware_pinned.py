@@ -123,7 +123,7 @@ def test_the_tpu7x_preview_is_pinned_and_kept_out_of_the_main_table():
     c = hardware.preview_chip("tpu7x")
     assert "tpu7x" not in hardware.chip_names()
     want = dict(bf16_flops=2307 * T, fp8_flops=4614 * T, hbm_bytes=192 * GiB,
-                hbm_bandwidth=7380 * G, ici_link_bandwidth=1200 * G / 4 / 2, ici_links=4,
+                hbm_bandwidth=7380 * G, ici_link_bandwidth=1200 * G / 6 / 2, ici_links=6,
                 dcn_bandwidth=12.5 * G, tensorcores=2, chips_per_host=4, ici_domain_chips=9216)
     for figure, value in want.items():
         assert getattr(c, figure) == pytest.approx(value, rel=1e-12), figure

@@ -267,8 +267,9 @@ register(NumericExercise(
          "that is FLOPs per byte; each element moves 8 bytes (a 4-byte read and a 4-byte "
          "write)."),
         (lambda a: _close(a, _vpu_limit(4)),
-         "half the answer: count both the 4-byte read and the 4-byte write, and the VPUs of "
-         "both TensorCores (vector_flops is per chip)."),
+         "half the answer: each element moves 8 bytes (a 4-byte f32 read and a 4-byte "
+         "write, not the read alone, not bf16), and vector_flops is already per chip (both "
+         "TensorCores)."),
         (lambda a: _close(a, _vpu_limit(flops=get_chip("tpu-v5p").bf16_flops)),
          "that uses the MXUs' peak; elementwise work runs on the VPU (vector_flops)."),
     ],
@@ -287,7 +288,11 @@ register(NumericExercise(
     hints=[
         (lambda a: _close(a, _pcie_batch(bandwidth=get_chip("tpu-v6e").hbm_bandwidth)),
          "that is for weights read from HBM; these come from host memory over PCIe."),
-        (lambda a: _close(a, _pcie_batch(s_w=1)), "bf16 weights are 2 bytes each."),
+        (lambda a: _close(a, _pcie_batch(s_w=1)), "half the answer: bf16 weights are 2 "
+                                                  "bytes each, and pcie_bandwidth is one "
+                                                  "direction (do not double it)."),
+        (lambda a: _close(a, 8 * _pcie_batch()), "pcie_bandwidth is already per chip: do not "
+                                                 "share it among the host's chips."),
         (lambda a: _close(a, 2 * _pcie_batch()),
          "a multiply-add is 2 FLOPs: X[B, D] @ W[D, F] does 2 B D F of them."),
         (lambda a: _close(a, _pcie_batch("tpu-v5e")),
