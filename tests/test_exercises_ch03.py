@@ -77,9 +77,13 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (63 / 64 * LAYER / (2 * W5p * 3), "70B")],
     "3.9": [(3 * RIGHT["3.9"], "three matmuls"), (1.5 * RIGHT["3.9"], "gated")],
     "3.13": [(AR_BW, "bandwidth term alone"), (AR_BW + 15 * T_HOP, "all-gather's count"),
-             (AR_BW + T_HOP, "not once"), (2 * AR_BW + 30 * T_HOP, "one-way ring")],
+             (AR_BW + T_HOP, "not once"), (2 * AR_BW + 30 * T_HOP, "one-way ring"),
+             (2 * AR_BW + 30 * T_HOP, "4-byte elements"),      # f32: the same number
+             (30 * T_HOP, "latency term alone"), (AR_BW + 32 * T_HOP, "not 2 n"),
+             (AR_BW / 2 + 15 * T_HOP, "that is an all-gather")],
     "3.14": [(3 / 4 * 4096 * F * 2, "gathers the activations"),
-             (4096 * D * 2, "(n - 1) / n"), (2 * RIGHT["3.14"], "2 bytes")],
+             (4096 * D * 2, "(n - 1) / n"), (2 * RIGHT["3.14"], "2 bytes"),
+             (RIGHT["3.14"] / 2, "both directions"), (4096 * D * 2 / 4, "own output block")],
 }
 
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected

@@ -26,6 +26,7 @@ RULES = [
     (r"\\text\{seq\}|d_\{?\\(text|mathrm)\{head", "sequence length is S and head size h"),
     (r"\[\s*M\s*,\s*K\s*\]|\[\s*K\s*,\s*N\s*\]", "a matmul is X[B, D] W[D, F], not M, K, N"),
     (r"(?<![_{\\a-zA-Z'])d(?![a-zA-Z_'])", "the model width is D (a bare d is no book symbol)"),
+    (r"d_\{\\(text|mathrm)\{(model|ff)\}", "write D and F, not d_model and d_ff"),
 ]
 
 
@@ -35,12 +36,7 @@ def formulas(path: Path):
         yield text[:m.start()].count("\n") + 1, (m.group(1) or m.group(2))
 
 
-BEING_FIXED = {"04_transformers.md"}   # this session
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=False))
-                                  if p.name in BEING_FIXED else p for p in PAGES],
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_retired_symbols(path):
     found = [f"{path.name}:{line}: {why}: ${body.strip()[:60]}$"
              for line, body in formulas(path) for pat, why in RULES if re.search(pat, body)]
@@ -54,6 +50,7 @@ def test_no_retired_symbols(path):
     ("A[I, J_Y] \\cdot B[J, K]", True), ("A[I, J_Y] \\cdot W[J, K]", False),
     ("X[M, K]", True), ("X[B, D]", False),
     ("W_{out}[d, V]", True), ("\\frac{d}{dx}", False), ("D", False),
+    ("W[d_{\\text{model}}, d_{\\text{ff}}]", True), ("W[D, F]", False),
 ])
 def test_the_rules_themselves(formula, retired):
     assert any(re.search(pat, formula) for pat, _ in RULES) == retired

@@ -335,6 +335,10 @@ def _ex13(hop_steps=None, topology="torus", latency=True):
 register(NumericExercise(
     id="3.13", title="A latency-bound all-reduce", unit="s", reference=_ex13, rtol=0.03,
     hints=[
+        (lambda a: _close(a, 30 * collectives.ASSUMED_HOP_LATENCY, 0.005),
+         "that is the latency term alone; add the bandwidth term (small, not zero)."),
+        (lambda a: _close(a, _ex13(hop_steps=32), 0.005), "2 (n - 1) steps, not 2 n: a ring "
+         "of n chips takes n - 1 steps for each half of an all-reduce."),
         (lambda a: _close(a, _ex13(latency=False)), "that is the bandwidth term alone; a "
          "buffer this small is far below the crossover, so the hops dominate: add "
          "2 (n - 1) t_hop."),
@@ -342,8 +346,13 @@ register(NumericExercise(
          "all-reduce is a reduce-scatter and then an all-gather, 2 (n - 1) steps."),
         (lambda a: _close(a, _ex13(hop_steps=1)), "the latency is paid at every step of the "
          "ring, not once: 2 (n - 1) steps for an all-reduce."),
-        (lambda a: _close(a, _ex13(topology="ring")), "that bandwidth term is a one-way ring; "
-         "the full v5e axis is a torus (both directions)."),
+        (lambda a: _close(a, _ex13(topology="ring"), 0.005), "that bandwidth term is twice "
+         "too large: either a one-way ring (the full v5e axis is a torus, both directions) "
+         "or 4-byte elements (the activations are bf16, 2 bytes)."),
+        (lambda a: _close(a, collectives.collective_time(
+            "all-gather", _decode_bytes(), 16, "tpu-v5e",
+            hop_latency=collectives.ASSUMED_HOP_LATENCY), 0.005),
+         "that is an all-gather; an all-reduce has twice its bandwidth term and its steps."),
     ],
 ))
 
@@ -365,5 +374,10 @@ register(NumericExercise(
          "all-gather: each chip already holds its own rows."),
         (lambda a: _close(a, _ex14(bytes_per_element=4)), "bf16 takes 2 bytes per element, "
          "not 4."),
+        (lambda a: _close(a, _ex14() / 2), "half the answer: the question asks for all the "
+         "bytes a chip sends, both directions of the torus together."),
+        (lambda a: _close(a, _ex14(frac=False) / 4), "that is the chip's own output block; "
+         "it sends that block on to all the other chips of the ring: (n - 1) / n of the "
+         "gathered [B, D]."),
     ],
 ))
