@@ -13,7 +13,7 @@ bound) and their ``sum`` (no overlap: the upper bound).
 For the matmul ``X[B, D] @ W[D, F]``:
 
     FLOPs = 2 B D F                       (one multiply and one add per term)
-    bytes = s (B D + D F + B F)           (read X and Y, write the result; s bytes/element)
+    bytes = s (B D + D F + B F)           (read X and W, write the result; s bytes/element)
     intensity = FLOPs / bytes  ~  B       when B << D, F and s = 2
 
 and when every token has its own matrix, ``X[B, D]`` with ``W[B, D, F]``:
