@@ -77,7 +77,7 @@ RIGHT = {
     "4.4": training_flops(M70, 15e12),
     "4.5": train_days_405b(),
     "4.6": s_star(matmul_params(M8), M8),
-    "4.7": kv_bytes_per_token(M70),
+    "4.7": kv_bytes_per_token(M70) * 8 / 2,          # all 64 heads (G = 8), 1 byte
     "4.8": math.floor((8 * HBM - WEIGHTS70) / PER_SEQ),
     "4.9": 16 * n_params(**M70),
     "4.10": (M70["L"] * ACT70 + HEAD70) / (M70["L"] * M70["d"] + ACT70 + HEAD70),
@@ -101,7 +101,7 @@ WRONG = {
     "4.4": [2 * RIGHT["4.4"], RIGHT["4.4"] / 6, RIGHT["4.4"] / 3],
     "4.5": [RIGHT["4.5"] * 0.4, RIGHT["4.5"] * 24, RIGHT["4.5"] * 86400],
     "4.6": [2 * RIGHT["4.6"], WITH_EMBED, NO_HEAD_4_6],
-    "4.7": [RIGHT["4.7"] * 8, RIGHT["4.7"] / 2, RIGHT["4.7"] * 2, RIGHT["4.7"] / 80],
+    "4.7": [RIGHT["4.7"] / 8, RIGHT["4.7"] / 2, RIGHT["4.7"] * 2, RIGHT["4.7"] / 80],
     "4.8": [RIGHT["4.8"] + 1, math.floor(8 * HBM / PER_SEQ),
             math.floor((8 * HBM - WEIGHTS70) / (PER_SEQ * 8)), NOMINAL, GIB],
     "4.9": [b * n_params(**M70) for b in (2, 12, 14, 18)],
@@ -115,7 +115,7 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "4.4": [(RIGHT["4.4"] / 3, "forward")],
     "4.5": [(RIGHT["4.5"] * 0.4, "40%")],
     "4.6": [(WITH_EMBED, "embedding"), (NO_HEAD_4_6, "output head")],
-    "4.7": [(RIGHT["4.7"] * 8, "key/value heads")],
+    "4.7": [(RIGHT["4.7"] / 8, "8 key/value heads")],
     "4.8": [(NOMINAL, "num_params"), (GIB, "GiB")],
     "4.10": [(NO_EXTRA_LAYER, "recomputed"), (NO_HEAD_4_10, "head")],
 }
@@ -139,8 +139,9 @@ HINTS["4.2"] += [(M405["L"] * (2 * M405["d"] * M405["H"] * M405["h"] + 2 * M405[
 HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok")]
 HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
-HINTS["4.7"] = [(RIGHT["4.7"] * 8, "key/value heads"), (RIGHT["4.7"] / 2, "both keys and values"),
-                (RIGHT["4.7"] * 2, "fp32"), (RIGHT["4.7"] / 80, "one layer"),
+HINTS["4.7"] = [(RIGHT["4.7"] / 8, "8 key/value heads"), (RIGHT["4.7"] / 2, "both keys and values"),
+                (RIGHT["4.7"] * 2, "that is bf16"), (RIGHT["4.7"] / 4, "chapter's figure"),
+                (RIGHT["4.7"] / 80, "one layer"),
                 (RIGHT["4.7"] * 1.01, "off by more than 0.1%")]
 HINTS["4.8"] += [(math.floor(8 * HBM / PER_SEQ), "weights take their share"),
                  (RIGHT["4.8"] + 1, "round down"),

@@ -151,15 +151,25 @@ def _kv_70b(bpe=2):
     return _m("llama3-70b").kv_cache_bytes_per_token(bpe)
 
 
+def _kv_mha_70b(bpe=1):
+    """70B's cache per token if every query head kept its own key and value (no GQA)."""
+    return _kv_70b(bpe) * _m("llama3-70b").group_size
+
+
 register(NumericExercise(
-    id="4.7", title="KV cache per token of 70B", unit="bytes", rtol=0.001,
-    reference=_kv_70b,
+    id="4.7", title="KV cache per token of 70B without GQA, in fp8", unit="bytes",
+    rtol=0.001, reference=_kv_mha_70b,
     hints=[
-        (lambda a: _close(a, _kv_70b() * _m("llama3-70b").group_size, 0.001),
-         "8x too large: only the n_kv_heads = 8 key/value heads are cached, not all 64 query heads."),
-        (lambda a: _close(a, _kv_70b() / 2, 0.001), "2x too small: cache both keys and values."),
-        (lambda a: _close(a, _kv_70b(4), 0.001), "that is fp32; the cache here is bf16 (2 bytes)."),
-        (lambda a: _close(a, _kv_70b() / _m("llama3-70b").n_layers, 0.001), "that is one layer; every layer keeps its own keys and values."),
+        (lambda a: _close(a, _kv_70b(1), 0.001),
+         "that caches only the 8 key/value heads of GQA; here every one of the 64 query heads "
+         "keeps its own key and value."),
+        (lambda a: _close(a, _kv_70b(2), 0.001),
+         "that is the chapter's figure (GQA, bf16): drop GQA and store 1 byte per element."),
+        (lambda a: _close(a, _kv_mha_70b(2), 0.001), "that is bf16; fp8 is 1 byte per element."),
+        (lambda a: _close(a, _kv_mha_70b() / 2, 0.001), "2x too small: cache both keys and "
+         "values."),
+        (lambda a: _close(a, _kv_mha_70b() / _m("llama3-70b").n_layers, 0.001),
+         "that is one layer; every layer keeps its own keys and values."),
     ],
 ))
 
