@@ -58,7 +58,14 @@ Formula or task -> function::
   op table of a trace, by op, kind or device      profiling.Trace.summary (OpSummary)
   measured op time vs max(FLOPs/C, bytes/W)       profiling.compare_with_roofline
   predicted profile of one layer's training step  profiling.predict_layer_profile
-  LLaMA-3 parameters, FLOPs/token, 6ND            models.TransformerConfig.num_params / training_flops
+  LLaMA-3 parameters, FLOPs/token, 6 N N_tok      models.TransformerConfig.num_params / training_flops
+  FLOPs of any einsum (2 x every dimension once)  models.einsum_flops
+  MoE total vs active parameters, all-to-alls     models.MoEConfig (MIXTRAL_8X7B)
+  values a remat policy saves per layer           models.TransformerConfig.saved_values_per_layer_per_token
+  one weight matrix per token (batched matmul)    roofline.batched_matmul_flops / batched_matmul_intensity
+  the clock a chip's peak implies, MXU operation  chip_internals.implied_clock / mxu_operation
+  batch to keep up with streamed weights          chip_internals.weight_stream_batch
+  days and cost at an assumed MFU                 training.TrainingPlan.days_at / cost_at
   training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
   bytes per element of a dtype                    units.dtype_bytes
   NamedSharding with clear errors, block shape    sharding.named_sharding / shard_shape
