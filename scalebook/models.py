@@ -60,12 +60,13 @@ SOURCES = {
     "LLAMA3_MODEL_CARD": "Meta, Llama 3 model card (github.com/meta-llama/llama3, "
                          "MODEL_CARD.md): 1.3M and 6.4M H100-80GB GPU-hours for 8B and "
                          "70B, 'over 15 trillion tokens'",
-    "MIXTRAL": "Jiang et al., Mixtral of Experts, arXiv:2401.04088, Table 1 (shapes) "
-               "and §2 (47B parameters, 13B active per token)",
+    "MIXTRAL": "Jiang et al., Mixtral of Experts, arXiv:2401.04088, Table 1 (shapes), "
+               "abstract and §1 (47B parameters, 13B active per token); rope_theta and the "
+               "untied head from the released model configuration",
 }
 
 # Remat policies of :meth:`TransformerConfig.saved_values_per_layer_per_token`, each a
-# jax.checkpoint policy around one layer (scalebook.llama.REMAT_POLICY_FNS maps them).
+# jax.checkpoint policy around one layer (scalebook.llama.remat_policy maps them).
 REMAT_POLICIES = ("nothing", "attention_out", "weight_dots", "dots")
 
 
@@ -411,7 +412,7 @@ class TransformerConfig:
 
         * the layer input x (for the RMSNorm gradient) and the normed input: 2 D
         * q (H h), k and v (H_kv h each) after rotary embedding, and the attention output (H h):
-          2 H h + 2 K h
+          2 H h + 2 H_kv h
         * the residual after attention and its normed copy: 2 D
         * the MLP gate and up projections (F each) and their SiLU-gated product (F): 3 F
 
@@ -570,8 +571,8 @@ class MoEConfig:
     def all_to_all_bytes_per_token(self, bytes_per_element: float = 2) -> float:
         """Bytes one token sends in ONE of an MoE layer's two all-to-alls (dispatch to its
         experts, combine back): its k copies of [D] activations, k D s, when all of them
-        leave its chip (scalebook.parallelism.moe_all_to_all_bytes adds the (n-1)/n that
-        stays home on n chips)."""
+        leave its chip (scalebook.parallelism.moe_all_to_all_bytes keeps the (n-1)/n of them
+        that leave one of n chips; 1/n stay home)."""
         s = check_positive("bytes_per_element", bytes_per_element)
         return _exact(self.top_k * self.dense.d_model * s)
 

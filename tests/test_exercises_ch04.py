@@ -139,7 +139,8 @@ HINTS["4.2"] += [(M405["L"] * (2 * M405["d"] * M405["H"] * M405["h"] + 2 * M405[
 HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok")]
 HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
-HINTS["4.7"] = [(RIGHT["4.7"] / 8, "8 key/value heads"), (RIGHT["4.7"] / 2, "both keys and values"),
+HINTS["4.7"] = [(RIGHT["4.7"] / 8, "8 key/value heads"), (RIGHT["4.7"] / 2, "both cached"),
+                (RIGHT["4.7"] * 8, "multiplies it by G = 8, not by H"),
                 (RIGHT["4.7"] * 2, "that is bf16"), (RIGHT["4.7"] / 4, "chapter's figure"),
                 (RIGHT["4.7"] / 80, "one layer"),
                 (RIGHT["4.7"] * 1.01, "off by more than 0.1%")]
@@ -160,7 +161,8 @@ WRONG["4.14"] = [TOTAL14, ACTIVE14 - ROUTER70, ACTIVE14 - M70["L"] * MLP70, n_pa
                  ACTIVE14 - M70["V"] * M70["d"] - NORMS70, ACTIVE14 + 1]
 HINTS["4.14"] = [(TOTAL14, "that is the total"), (ACTIVE14 - ROUTER70, "routers"),
                  (ACTIVE14 - M70["L"] * MLP70, "not one"), (n_params(**M70), "dense model"),
-                 (ACTIVE14 - M70["V"] * M70["d"] - NORMS70, "embedding and the norms")]
+                 (ACTIVE14 - M70["V"] * M70["d"] - NORMS70, "embedding and the norms"),
+                 (ACTIVE14 - ROUTER70 // M70["L"], "very close: check the router")]
 
 # 4.15: weight_dots keeps 2d + H h + 2 K h + 2F per token per layer (bf16, 80 layers)
 KEPT70 = 2 * M70["d"] + M70["H"] * M70["h"] + 2 * M70["K"] * M70["h"] + 2 * M70["F"]
@@ -168,7 +170,10 @@ RIGHT["4.15"] = M70["L"] * KEPT70 * 2
 SCORES70 = M70["H"] * 8192 + M70["H"] * M70["h"]          # dots_saveable keeps these too
 MISTAKES_4_15 = [
     (M70["L"] * (KEPT70 + M70["d"]) * 2, "W_d's output is not kept"),
-    (M70["L"] * (KEPT70 - M70["d"]) * 2, "keep W_o's output"),
+    (M70["L"] * (KEPT70 - M70["d"]) * 2, "one D-wide value is missing"),
+    (M70["L"] * (KEPT70 - M70["K"] * M70["h"]) * 2, "keys AND values"),
+    (M70["L"] * (KEPT70 + M70["F"]) * 2, "SiLU-gated product"),
+    (M70["L"] * KEPT70 * 2 + 2 * (2 * M70["d"] + M70["V"]), "layers only"),
     (M70["L"] * (KEPT70 - 2 * M70["d"]) * 2, "the layer's input"),
     (M70["L"] * (KEPT70 + 2 * (M70["H"] - M70["K"]) * M70["h"]) * 2, "n_kv_heads"),
     (KEPT70 * 2, "one layer"),

@@ -143,6 +143,8 @@ def _code(unit, reference, **kw):
     ("s", lambda n: n * 1e-3, lambda n: n * 1.0, "s vs ms"),                  # ms for s
     ("s", lambda n: n * 1.0, lambda n: n * 1e-3, "s vs ms"),
     ("bytes", lambda n: n * 1e9, lambda n: n * 2**30, "GiB is 2**30 bytes"),  # GiB for GB
+    ("bytes", lambda n: n * 1e3, lambda n: n * 2**10, "KiB is 2**10 bytes"),  # KiB for kB
+    ("bytes", lambda n: n * 1e6, lambda n: n * 2**20, "MiB is 2**20 bytes"),  # MiB for MB
     ("bytes", lambda n: n * 1e9, lambda n: n * 8e9, "bits vs bytes"),        # bits for bytes
     ("bytes", lambda n: n * 8e9, lambda n: n * 1e9, "bits vs bytes"),
     ("s", lambda n: (n * 1e-3, n * 2e-3), lambda n: (n * 1.0, n * 2.0), "s vs ms"),  # pairs
@@ -213,7 +215,8 @@ def test_an_answer_rounded_too_far_is_told_so():
     ex = NumericExercise(id="0.9", title="t", unit="bytes", reference=lambda: 1.1288e12, rtol=0.02)
     r = ex.evaluate(1.1e12)                              # 2 significant figures: 2.5% off
     assert "2 significant figures" in r.message and "GiB" not in r.message, r
-    assert "GiB" in ex.evaluate(1.1288e12 / 1.024).message   # a real GiB slip still is one
+    assert "KiB" in ex.evaluate(1.1288e12 / 1.024).message   # a real prefix slip still is one
+    assert "GiB" in ex.evaluate(1.1288e12 / 1.024 ** 3).message
     assert "1 significant figure" in ex.evaluate(1e12).message
 
 

@@ -17,7 +17,7 @@ CHAPTER = ROOT / "notebooks" / "01_rooflines.ipynb"
 
 def test_a_master_notebook_is_a_key():
     key = grade.load_key(CHAPTER)
-    assert [i.id for i in key.items] == [f"1.{n}" for n in range(1, 11)]
+    assert [i.id for i in key.items] == [f"1.{n}" for n in range(1, 12)]
     names = {i.id: i.answer for i in key.items}
     assert names["1.1"] == "answer_1_1" and names["1.9"] == "matmul_time_bounds"
     assert not key.varied and key.students == []
@@ -126,5 +126,5 @@ def test_the_chapter_solutions_get_full_marks_against_the_chapter_key(tmp_path):
                        "--points", "1.9=2"]) == 0
     rows = (out / "grades.csv").read_text().splitlines()
     assert rows[0] == "student,exercise,status,points"
-    assert rows[1:] == [f"model-student,1.{n},correct,{2 if n == 9 else 1}" for n in range(1, 11)]
-    assert "11 of 11 points" in (out / "feedback" / "model-student.md").read_text()
+    assert rows[1:] == [f"model-student,1.{n},correct,{2 if n == 9 else 1}" for n in range(1, 12)]
+    assert "12 of 12 points" in (out / "feedback" / "model-student.md").read_text()

@@ -166,8 +166,10 @@ register(NumericExercise(
         (lambda a: _close(a, _kv_70b(2), 0.001),
          "that is the chapter's figure (GQA, bf16): drop GQA and store 1 byte per element."),
         (lambda a: _close(a, _kv_mha_70b(2), 0.001), "that is bf16; fp8 is 1 byte per element."),
-        (lambda a: _close(a, _kv_mha_70b() / 2, 0.001), "2x too small: cache both keys and "
-         "values."),
+        (lambda a: _close(a, _kv_mha_70b() / 2, 0.001), "2x too small: keys and values are "
+         "both cached, at 1 byte each in fp8."),
+        (lambda a: _close(a, 8 * _kv_mha_70b(), 0.001), "the GQA figure already counts the 8 "
+         "key/value heads: going to all 64 heads multiplies it by G = 8, not by H."),
         (lambda a: _close(a, _kv_mha_70b() / _m("llama3-70b").n_layers, 0.001),
          "that is one layer; every layer keeps its own keys and values."),
     ],
@@ -367,6 +369,8 @@ register(NumericExercise(
          "that leaves out the embedding and the norms; count every parameter a token meets."),
         (lambda a: a == _m("llama3-70b").num_params(),
          "that is the dense model: add the second expert and the router of every layer."),
+        (lambda a: _close(a, _moe_70b().active_params(), 0.001),
+         "very close: check the router, a D x E = D x 16 matrix in each of the 80 layers."),
     ],
 ))
 
@@ -388,15 +392,23 @@ def _wd(extra):
 
 register(NumericExercise(
     id="4.15", title="What the weight_dots policy keeps for 70B", unit="bytes per token",
-    rtol=0.01,
+    rtol=0.005,
     reference=_weight_dots_70b,
     hints=[
+        (lambda a: _close(a, _weight_dots_70b(_wd(-_m("llama3-70b").kv_dim)), 0.004),
+         "keys AND values are kept: 2 H_kv h, not H_kv h."),
+        (lambda a: _close(a, _weight_dots_70b(_wd(_m("llama3-70b").d_ff)), 0.004),
+         "the SiLU-gated product is elementwise, not a matmul output: this policy "
+         "recomputes it from the gate and up outputs."),
+        (lambda a: _close(a, _weight_dots_70b() + 2 * (2 * _m("llama3-70b").d_model
+                                                      + _m("llama3-70b").vocab_size), 0.004),
+         "the question asks for the layers only: leave out the head's 2D + V."),
         (lambda a: _close(a, _weight_dots_70b(_wd(_m("llama3-70b").d_model)), 0.005),
          "W_d's output is not kept: nothing in the layer's backward pass needs it (it only "
          "feeds the next layer, whose input is kept there)."),
         (lambda a: _close(a, _weight_dots_70b(_wd(-_m("llama3-70b").d_model)), 0.005),
-         "keep W_o's output too: the residual it joins feeds the MLP's norm, and the "
-         "backward pass needs that."),
+         "one D-wide value is missing: the layer's input or W_o's output (both are kept; "
+         "the residual W_o's output joins feeds the MLP's norm)."),
         (lambda a: _close(a, _weight_dots_70b(_wd(-_m("llama3-70b").d_model
                                                   - _m("llama3-70b").d_model)), 0.005),
          "count the layer's input (D) and W_o's output (D) besides the projections."),

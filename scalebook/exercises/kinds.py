@@ -134,9 +134,11 @@ def _ratio_hint(ratio: float, unit: str = "") -> str | None:
             return f"{big:.0e}x too large: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
         if math.isclose(ratio, 1 / big, rel_tol=0.1):
             return f"{big:.0e}x too small: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
-    for k in (1, 2, 3) if _is_size_unit(unit) else ():
+    prefixes = {1: "KiB is 2**10 bytes, kB is 1e3", 2: "MiB is 2**20 bytes, MB is 1e6",
+                3: "GiB is 2**30 bytes, GB is 1e9 bytes"}
+    for k in (3, 2, 1) if _is_size_unit(unit) else ():
         if math.isclose(ratio, 1.024 ** k, rel_tol=0.004) or math.isclose(ratio, 1.024 ** -k, rel_tol=0.004):
-            return "off by a binary/decimal prefix: GiB is 2**30 bytes, GB is 1e9 bytes."
+            return f"off by a binary/decimal prefix: {prefixes[k]}."
     return None
 
 
