@@ -225,7 +225,6 @@ def test_figures_have_alt_text_and_code_fits_its_column(measured):
     assert not problems, "\n".join(problems[:60])
 
 
-@pytest.mark.xfail(strict=False, reason="being fixed chapter by chapter this session")
 def test_display_equations_fit_the_column(measured):
     """A display equation wider than the desktop column scrolls inside itself: break it
     over lines (aligned) instead."""
@@ -234,7 +233,6 @@ def test_display_equations_fit_the_column(measured):
     assert not problems, "\n".join(problems[:40])
 
 
-@pytest.mark.xfail(strict=False, reason="being fixed chapter by chapter this session")
 def test_display_equations_fit_a_phone(browser, server):
     """At phone width too, on every chapter and solutions page."""
     base, html = server
