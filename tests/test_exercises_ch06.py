@@ -115,9 +115,21 @@ HINTS = {
              (tp_too_wide, "fast domain")],
     "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes")],
 }
+# 6.10 depends on the planner's days at its bound and its MFU bound (both printed by the
+# chapter); at 40% MFU the same FLOPs take MFU bound / 0.40 as long, at $4.20 a chip-hour.
+def _plan_405b():
+    from scalebook import training
+    return training.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
+
+
+P405 = _plan_405b()
+BILL_BOUND = P405.days * 24 * 8192 * 4.20
+RIGHT["6.10"] = BILL_BOUND * P405.mfu / 0.40
+HINTS["6.10"] = [(BILL_BOUND, "at the plan's bound"), (RIGHT["6.10"] / 24, "x 24"),
+                 (RIGHT["6.10"] / 8192, "one chip"), (BILL_BOUND * 0.40, "other way round")]
 HINTS = {k: v for k, v in HINTS.items() if v}
 
-globals().update(standard_tests(6, RIGHT, WRONG, HINTS))
+globals().update(standard_tests(6, RIGHT, WRONG, HINTS, all_hints=True))
 
 
 def test_cost_of_the_chapter_plan():
