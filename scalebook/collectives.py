@@ -39,6 +39,7 @@ from .hardware import get_chip
 from .units import check_nonnegative, check_positive, check_positive_int
 
 __all__ = ["KINDS", "TOPOLOGIES", "ASSUMED_HOP_LATENCY", "ring_bytes", "collective_time",
+           "links_per_device",
            "latency_steps", "latency_bound_bytes", "is_switched"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
@@ -102,6 +103,17 @@ def _ring_all_to_all_link_load(nbytes: float, n: int, torus: bool) -> float:
         hops = sum(min(d, n - d) for d in range(1, n))
         return block * hops / 2      # two outgoing links per device share the load
     return block * n * (n - 1) / 2
+
+
+def links_per_device(topology: str, axis_size: int | None = None) -> int:
+    """Links one device sends on along one axis at once: 2 on a torus axis (one each way
+    round), 1 on a ring, a line or a switch, and 1 on an axis of 2 chips, whatever the
+    topology (its two "directions" are the same single link). ``axis_size=None``: a large
+    axis. The one rule behind :func:`collective_time`'s bandwidth and the critical batches
+    of :mod:`scalebook.parallelism`."""
+    if axis_size is not None and axis_size <= 2:
+        return 1
+    return 2 if topology == "torus" else 1
 
 
 def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
@@ -168,7 +180,7 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
         return _ring_all_to_all_link_load(nbytes, n, torus) / W + latency
     # Links each device sends on: two per torus axis (one each way), one on a ring or on
     # an axis of two chips (both "directions" are the same single link).
-    links = sum(2 if topology == "torus" and s > 2 else 1 for s in sizes if s > 1)
+    links = sum(links_per_device(topology, s) for s in sizes if s > 1)
     return ring_bytes(kind, nbytes, n) / (W * links) + latency
 
 

@@ -322,9 +322,9 @@ def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, network_kind: s
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
     frac = 1.0 if n is None else (lambda m: (m - 1) / m)(_int("n", n, minimum=2))
-    directions = 2 if net.topology == "torus" else 1
-    if n is not None and directions == 2 and round(n ** (1 / k)) <= 2:
-        directions = 1               # an axis of 2 chips has one link: nothing to split
+    # an axis of 2 chips has one link: nothing to split between two directions
+    directions = _coll.links_per_device(net.topology,
+                                        None if n is None else round(n ** (1 / k)))
     # all-reduce of s bytes per weight element (2 (n-1)/n s / (directions W k)) against the
     # backward's 4 FLOPs per weight element per token.
     return 2 * frac * s / (directions * net.bandwidth * k) / (4 / c.bf16_flops)
@@ -422,11 +422,12 @@ def max_tp_degree(F: int, chip, *, matmuls: int = 2, axes: int = 1, network_kind
     k = _int("axes", axes)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
-    w_eff = net.bandwidth * k * (2 if net.topology == "torus" else 1)
+    w_eff = net.bandwidth * k * _coll.links_per_device(net.topology)
     n = int(math.floor(1 + m * F * w_eff / (s * c.bf16_flops) + 1e-9))
-    if n == 2 and net.topology == "torus" and k == 1:
+    if n == 2 and k == 1:
         # an axis of 2 chips has one link: the all-reduce gets W, not 2 W
-        n = 2 if m * F * net.bandwidth / (s * c.bf16_flops) >= 1 - 1e-9 else 1
+        w2 = net.bandwidth * _coll.links_per_device(net.topology, 2)
+        n = 2 if m * F * w2 / (s * c.bf16_flops) >= 1 - 1e-9 else 1
     return n
 
 
@@ -481,7 +482,7 @@ def fsdp_tp_critical_batch(F: int, chip, *, network_kind: str = "ici",
     F = _int("F", F)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
-    w_eff = net.bandwidth * (2 if net.topology == "torus" else 1)
+    w_eff = net.bandwidth * _coll.links_per_device(net.topology)
     return (s * c.bf16_flops / w_eff) ** 2 / F
 
 

@@ -62,3 +62,19 @@ def test_two_chips_one_answer_chapter_1_and_chapter_3_models_agree(chip):
     c = get_chip(chip)
     d3 = collectives.collective_time("all-reduce", s, 2, chip) / (2 / (2 * c.bf16_flops))
     assert d3 == pytest.approx(d1)
+
+
+def test_links_per_device_is_the_one_rule_behind_every_bandwidth():
+    from scalebook import collectives as co
+    from scalebook import parallelism as par
+    from scalebook.hardware import get_chip
+    assert [co.links_per_device("torus", n) for n in (2, 3, 16, None)] == [1, 2, 2, 2]
+    assert {co.links_per_device(t, 16) for t in ("ring", "switch")} == {1}
+    v5p = get_chip("tpu-v5p")
+    for n in (2, 4, 16):      # the time of an all-gather uses exactly those links
+        want = co.ring_bytes("all-gather", 1e6, n) / (v5p.ici_link_bandwidth
+                                                      * co.links_per_device("torus", n))
+        assert co.collective_time("all-gather", 1e6, n, v5p) == want
+    # and so does chapter 5's DP threshold: an axis of 2 gets half a torus axis's bandwidth
+    b2, b4 = (par.data_parallel_critical_batch(v5p, n) for n in (2, 4))
+    assert b2 / b4 == pytest.approx(((2 - 1) / 2 / 1) / ((4 - 1) / 4 / 2))   # (n-1)/n / links
