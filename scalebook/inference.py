@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import chip_internals as _ci
 from . import collectives as _coll
 from .hardware import get_chip
 from .models import TransformerConfig, get_model
@@ -84,7 +85,10 @@ def decode_critical_batch(chip, weight_dtype: str = "bf16", compute_dtype: str =
     (:func:`scalebook.roofline.critical_batch` solves the exact equation with activations.)"""
     chip = get_chip(chip)
     sw = bytes_per_element(weight_dtype, "weight_dtype")
-    return _peak(chip, compute_dtype) * sw / (2 * chip.hbm_bandwidth)
+    _peak(chip, compute_dtype)                     # a clear error for an unknown dtype
+    # chapter 2's streamed-weight batch, with the weights streamed from HBM
+    return _ci.weight_stream_batch(chip, chip.hbm_bandwidth, sw,
+                                   compute_dtype.strip().lower())
 
 
 @dataclass(frozen=True)
