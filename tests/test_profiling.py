@@ -7,6 +7,8 @@ never with absolute times."""
 import gzip
 import json
 import math
+import os
+import time
 
 import pytest
 
@@ -279,17 +281,51 @@ def test_capture_leaves_the_python_function_tracer_off(tmp_path, sharded_matmul)
 
 def test_capture_shows_recompilation_as_compile_spans():
     """Chapter 9 diagnoses recompilation from a trace: each compilation is a
-    backend_compile span among the trace's annotations (none once the program is cached)."""
+    backend_compile span among the trace's annotations (none once the program is cached).
+    The static values are new to this process and to the persistent compilation cache
+    (conftest.py), whose hits would show no span: a cache hit is no compilation."""
     f = jax.jit(lambda x, s: x * s, static_argnums=1)
     x = jnp.ones(8)
+    fresh = 1.0 + (time.time_ns() % 10**9) / 10**9
 
     def three(scales):
         return [f(x, s) for s in scales]
 
-    t = profiling.capture(three, (2.0, 3.0, 4.0), steps=1, warmup=0)
+    scales = (fresh, fresh + 1, fresh + 2)
+    n0 = profiling.compilations()
+    t = profiling.capture(three, scales, steps=1, warmup=0)
     assert len([a for a in t.annotations if "backend_compile" in a.name]) == 3
-    again = profiling.capture(three, (2.0, 3.0, 4.0), steps=1, warmup=0)
+    assert profiling.compilations() - n0 == 3
+    again = profiling.capture(three, scales, steps=1, warmup=0)
     assert not [a for a in again.annotations if "backend_compile" in a.name]
+    assert profiling.compilations() - n0 == 3
+
+
+def test_compilations_counts_a_persistent_cache_hit_as_a_compilation(tmp_path):
+    """A program served from JAX's persistent compilation cache (a reader may have one
+    switched on) was still traced, lowered and looked up anew: compilations() counts it, so
+    chapter 9's recompilation diagnosis and exercise checks do not depend on the cache."""
+    import subprocess
+    import sys
+
+    code = (
+        "import scalebook; scalebook.setup(quiet=True)\n"
+        "import jax, jax.numpy as jnp\n"
+        "from scalebook import profiling\n"
+        "x = jnp.ones(4) + 0\n"
+        "n0 = profiling.compilations()\n"
+        "f = jax.jit(lambda x, s: x * s + 0.125, static_argnums=1)\n"
+        "[f(x, s) for s in (2.0, 3.0)]\n"
+        "print(profiling.compilations() - n0)\n")
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env.pop("JAX_ENABLE_COMPILATION_CACHE", None)
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:]
+    assert len(list((tmp_path / "cache").iterdir())) >= 2          # the second run hit it
+    assert [r.stdout.split()[-1] for r in runs] == ["2", "2"]
 
 
 # ------------------------------------------------------------------------------------------
