@@ -38,8 +38,10 @@ CONFIGS = [
 IDS = [c.name for c, _, _ in CONFIGS]
 
 
-def shapes(tree):
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+def shapes(make, *args):
+    """The shapes and dtypes of what make(*args) returns, without making its arrays (each
+    new shape of an eagerly drawn random array is a compilation of its own)."""
+    return jax.eval_shape(partial(make, *args))
 
 assert 0 < FLOP_TOL < 0.2
 
@@ -67,13 +69,13 @@ def test_attention_matches_naive_multi_head(H, K):
     c = TransformerConfig("t", n_layers=1, d_model=32, n_heads=H, n_kv_heads=K, head_dim=8,
                           d_ff=32, vocab_size=16)
     B, S, T, h = 2, 5, 7, 8
-    kq, kk, kv = jax.random.split(jax.random.key(5), 3)
-    q = jax.random.normal(kq, (B, S, H, h))
-    k = jax.random.normal(kk, (B, T, K, h))
-    v = jax.random.normal(kv, (B, T, K, h))
+    rng = np.random.default_rng(5)
+    q, k, v = (jnp.asarray(rng.normal(size=shape), jnp.float32)
+               for shape in [(B, S, H, h), (B, T, K, h), (B, T, K, h)])
     q_pos = jnp.array([[2, 3, 4, 5, 6], [0, 1, 2, 3, 6]])             # decode-like offsets
     k_pos = jnp.arange(T)
-    got = llama._attention(q, k, v, q_pos, k_pos, c)
+    # jitted: one compilation, where op-by-op dispatch compiles each operation's shapes
+    got = jax.jit(partial(llama._attention, c=c))(q, k, v, q_pos, k_pos)
     np.testing.assert_allclose(np.asarray(got), naive_attention(q, k, v, q_pos, k_pos),
                                rtol=1e-5, atol=1e-5)
 
@@ -112,7 +114,7 @@ def test_rms_norm_matches_numpy():
 
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
 def test_param_count_matches_formula(c, B, S):
-    p = llama.init_params(c)
+    p = jax.eval_shape(partial(llama.init_params, c))   # shapes and dtypes, no values
     assert llama.count_params(p) == c.num_params()
     assert llama.param_bytes(p) == c.weight_bytes(4)
     L0 = p["layers"][0]
@@ -123,7 +125,7 @@ def test_param_count_matches_formula(c, B, S):
 
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
 def test_forward_flops(c, B, S):
-    ps, tok = shapes(llama.init_params(c)), jax.ShapeDtypeStruct((B, S), jnp.int32)
+    ps, tok = shapes(llama.init_params, c), jax.ShapeDtypeStruct((B, S), jnp.int32)
     fn = partial(llama.forward, config=c)
     want = c.forward_flops_per_token(S) * B * S       # full S x S scores, as the code computes
     assert hlo.matmul_flops_traced(fn, ps, tok) == want
@@ -133,13 +135,27 @@ def test_forward_flops(c, B, S):
 
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
 def test_training_step_flops(c, B, S):
-    ps, tok = shapes(llama.init_params(c)), jax.ShapeDtypeStruct((B, S), jnp.int32)
+    ps, tok = shapes(llama.init_params, c), jax.ShapeDtypeStruct((B, S), jnp.int32)
     fn = partial(llama.train_step, config=c)
     want = c.training_flops_per_token(S) * B * S
     assert want == 3 * c.forward_flops_per_token(S) * B * S
     assert hlo.matmul_flops_traced(fn, ps, tok, tok) == want
     got = hlo.xla_flops(fn, ps, tok, tok)
     assert want <= got <= want * (1 + FLOP_TOL), got / want
+
+
+def test_analysis_only_compiles_give_the_same_analyses():
+    """hlo.ANALYSIS_ONLY (used by hlo.xla_flops) skips optimising the machine code; the HLO,
+    its cost analysis and its memory analysis must be those of a default compile."""
+    c, B, S = CONFIGS[0]
+    ps, tok = shapes(llama.init_params, c), jax.ShapeDtypeStruct((B, S), jnp.int32)
+    lowered = jax.jit(partial(llama.train_step, config=c)).lower(ps, tok, tok)
+    default, quick = lowered.compile(), lowered.compile(hlo.ANALYSIS_ONLY)
+    assert hlo.cost(quick) == hlo.cost(default)
+    assert hlo.memory(quick) == hlo.memory(default)
+    assert hlo.entry_lines(quick) == hlo.entry_lines(default)
+    assert hlo.xla_flops(partial(llama.train_step, config=c), ps, tok, tok) == \
+        hlo.cost(default)["flops"]
 
 
 def test_scan_would_undercount():
@@ -163,8 +179,8 @@ def test_scan_would_undercount():
 @pytest.mark.parametrize("c, B, S", CONFIGS, ids=IDS)
 def test_decode_step_flops(c, B, S):
     T = 2 * S
-    ps = shapes(llama.init_params(c))
-    cache = shapes(llama.init_kv_cache(c, B, T, jnp.float32))
+    ps = shapes(llama.init_params, c)
+    cache = shapes(llama.init_kv_cache, c, B, T, jnp.float32)
     tok = jax.ShapeDtypeStruct((B, 1), jnp.int32)
     fn = partial(llama.forward_with_cache, config=c)
     want = c.forward_flops_per_token(T) * B           # one query against all T cache slots

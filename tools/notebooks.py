@@ -3,10 +3,21 @@
     .venv/bin/python tools/notebooks.py sync PATH ...      # .md -> .ipynb: inputs from the .md,
                                                            # outputs and cell ids kept
     .venv/bin/python tools/notebooks.py execute PATH ...   # sync, run, store the outputs
+    .venv/bin/python tools/notebooks.py stale [PATH ...]   # which stored outputs are stale?
+    .venv/bin/python tools/notebooks.py execute --stale    # re-run and store every stale one
     .venv/bin/python tools/notebooks.py check [PATH ...]   # exit 1 if a pair has drifted apart
     .venv/bin/python tools/notebooks.py pair NB.ipynb ...  # make a .md for an unpaired notebook
 
 PATH may name either file of a pair (``notebooks/05_parallelism.md`` or ``.ipynb``).
+
+``execute`` keeps the stored outputs of a cell tagged ``nbval-ignore-output`` (timings) whose
+source did not change, so that a one-number change is a small diff; ``--refresh-ignored``
+re-records them too. ``stale`` runs, two at a time (``--jobs N``), every notebook that a
+change since its last recorded run may have touched (all of them with ``--all``; see
+tools/stale.py for what is recorded), compares the fresh outputs with the stored ones the
+way nbval does, and lists the cells that differ; ``stale --write`` (the same as
+``execute --stale``) stores the fresh outputs of the stale ones. Exit status 1 if any
+notebook is stale or fails.
 
 Every chapter and solutions notebook is a jupytext pair (``formats: ipynb,md:myst``): the
 MyST Markdown file is the source people edit and review (one line per line of prose, no
@@ -25,6 +36,8 @@ and sources are stored as lists of lines, so a one-word edit changes one line in
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import sys
 import time
@@ -213,9 +226,9 @@ def _write_md(nb, path: Path) -> None:
     jupytext.write(nb, path, fmt="md:myst")
 
 
-def sync(path) -> Path:
-    """Make the .ipynb's inputs equal the .md's (title/badge/set-up arranged in both);
-    keep the .ipynb's outputs and cell ids. Returns the .ipynb path."""
+def synced(path, write: bool = False):
+    """The .ipynb of a pair with the .md's inputs (title/badge/set-up arranged) and the
+    .ipynb's outputs and cell ids, as a notebook; WRITE stores both files."""
     import jupytext
     import nbformat
     from jupytext.combine import combine_inputs_with_outputs
@@ -227,15 +240,26 @@ def sync(path) -> Path:
     if _is_chapter(md):
         source = arrange(source, ipynb)
     source.metadata.setdefault("jupytext", {})["formats"] = PAIR_FORMATS
-    _write_md(source, md)
-    source = jupytext.read(md)
+    source = jupytext.reads(jupytext.writes(source, fmt="md:myst"), fmt="md:myst")
+    if write:
+        _write_md(source, md)
+        source = jupytext.read(md)
     if ipynb.exists():
         outputs = nbformat.read(ipynb, as_version=4)
         combined = combine_inputs_with_outputs(source, outputs, fmt="md:myst")
     else:
         combined = source
-    _write_ipynb(normalise(combined), ipynb)
-    return ipynb
+    combined = normalise(combined)
+    if write:
+        _write_ipynb(combined, ipynb)
+    return combined
+
+
+def sync(path) -> Path:
+    """Make the .ipynb's inputs equal the .md's (title/badge/set-up arranged in both);
+    keep the .ipynb's outputs and cell ids. Returns the .ipynb path."""
+    synced(path, write=True)
+    return pair_paths(path)[1]
 
 
 def pair(path) -> Path:
@@ -275,24 +299,139 @@ def drift(path) -> list[str]:
     return problems
 
 
-def execute(path, timeout: int = 600) -> float:
-    """Sync, run the .ipynb in a fresh kernel, store its outputs. Returns seconds."""
-    import nbformat
-    from nbclient import NotebookClient
+def _stale():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import stale
+    finally:
+        sys.path.pop(0)
+    return stale
 
+
+def _store(run, refresh_ignored: bool = False) -> int:
+    """Write RUN's fresh outputs to its .ipynb, keeping the stored outputs of unchanged
+    nbval-ignore-output cells unless REFRESH_IGNORED; record the run. Returns the number of
+    cells whose stored outputs were kept."""
+    import nbformat
+
+    st = _stale()
+    ipynb = ROOT / run.path
+    fresh = nbformat.reads(run.fresh, as_version=4)
+    kept = 0
+    if not refresh_ignored and ipynb.exists():
+        kept = st.keep_ignored_outputs(nbformat.read(ipynb, as_version=4), fresh)
+    _write_ipynb(normalise(fresh), ipynb)
+    st.save_entries({run.path: run.entry})
+    return kept
+
+
+def execute(path, timeout: int = 600, refresh_ignored: bool = False) -> float:
+    """Sync, run the .ipynb in a fresh kernel, store its outputs (those of unchanged
+    nbval-ignore-output cells kept unless REFRESH_IGNORED). Returns seconds."""
+    import nbformat
+
+    st = _stale()
     ipynb = sync(path)
     nb = nbformat.read(ipynb, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(ipynb.parent)}})
+    run = st.run_notebook(st.rel(ipynb), nbformat.writes(nb), keep=True, timeout=timeout)
+    if run.error:
+        raise SystemExit(f"{ipynb}: the run failed, nothing stored: {run.error}")
+    _store(run, refresh_ignored)
+    return run.seconds
+
+
+def stale_command(args) -> int:
+    """tools/notebooks.py stale: run the notebooks a change may have touched, list the cells
+    whose stored outputs a fresh run does not reproduce; --write stores them."""
+    import nbformat
+
+    st = _stale()
+    paths = [pair_paths(p)[1] for p in args.paths] if args.paths else \
+        [pair_paths(p)[1] for p in all_pairs()]
+    manifest = st.load_manifest()
+    jobs, fresh_enough = [], []
+    for ipynb in paths:
+        key = st.rel(ipynb)
+        nb = synced(ipynb)
+        why = ["--all"] if args.all else st.changed_inputs(ipynb, nb, manifest.get(key))
+        if drift(ipynb):
+            why.insert(0, "its .md has edits the .ipynb does not have (run 'sync')")
+        if why:
+            jobs.append((key, nbformat.writes(nb), why))
+        else:
+            fresh_enough.append(key)
+    for key in fresh_enough:
+        print(f"{key}: unchanged since its last recorded run")
+    if not jobs:
+        print(f"nothing to run: {len(fresh_enough)} notebooks unchanged")
+        return 0
     t0 = time.perf_counter()
-    client.execute()
-    elapsed = time.perf_counter() - t0
-    _write_ipynb(normalise(nb), ipynb)
-    return elapsed
+    print(f"running {len(jobs)} notebooks, {args.jobs} at a time:")
+    for key, _, why in jobs:
+        shown = "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else "")
+        print(f"  {key}: {shown}")
+    bad, stored, entries = 0, 0, {}
+    runs = st.run_many([(k, text) for k, text, _ in jobs], args.jobs, keep=args.write)
+    for run in runs:
+        if run.error:
+            bad += 1
+            print(f"{run.path}: FAILS ({run.seconds:.0f} s): {run.error}")
+        elif run.stale:
+            bad += 1
+            cells = ", ".join(str(n) for n, _ in run.stale)
+            print(f"{run.path}: STALE ({run.seconds:.0f} s): "
+                  f"{len(run.stale)} cell{'s' if len(run.stale) > 1 else ''} ({cells}) differ")
+            for n, diff in run.stale[:8]:
+                print(f"    Cell {n}: {diff}")
+            if args.write:
+                kept = _store(run, args.refresh_ignored)
+                print(f"    stored the fresh outputs"
+                      + (f" (kept {kept} nbval-ignore-output cells)" if kept else ""))
+                bad, stored = bad - 1, stored + 1
+        else:
+            entries[run.path] = run.entry
+            print(f"{run.path}: up to date ({run.seconds:.0f} s)")
+    st.save_entries(entries)
+    print(f"{len(jobs)} run in {time.perf_counter() - t0:.0f} s: "
+          + (f"{stored} were stale and now hold fresh outputs; " if stored else "")
+          + (f"{bad} stale or failing" if bad else "the rest up to date" if stored
+             else "all up to date"))
+    return 1 if bad else 0
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("sync", "execute", "check", "pair"):
+    if argv and argv[0] in ("stale", "execute"):
+        parser = argparse.ArgumentParser(prog=f"tools/notebooks.py {argv[0]}")
+        parser.add_argument("paths", nargs="*", help="notebook pairs (either file); all if none"
+                            if argv[0] == "stale" else "notebook pairs (either file)")
+        parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                            help="notebooks run at once (all cores)")
+        parser.add_argument("--refresh-ignored", action="store_true",
+                            help="re-record the outputs of nbval-ignore-output cells too")
+        if argv[0] == "stale":
+            parser.add_argument("--all", action="store_true",
+                                help="run every notebook, changed or not")
+            parser.add_argument("--write", action="store_true",
+                                help="store the fresh outputs of the stale notebooks")
+        else:
+            parser.add_argument("--stale", action="store_true",
+                                help="every notebook 'stale' finds (= stale --write)")
+        args = parser.parse_args(argv[1:])
+        if argv[0] == "stale":
+            return stale_command(args)
+        if args.stale:
+            args.all, args.write = False, True
+            return stale_command(args)
+        if not args.paths:
+            parser.error("name the notebooks to execute, or --stale")
+        for p in args.paths:
+            print(f"{p}: {execute(p, refresh_ignored=args.refresh_ignored):.1f} s", flush=True)
+        return 0
+    return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("sync", "check", "pair"):
         print(__doc__)
         return 2
     cmd, args = argv[0], argv[1:]
@@ -311,10 +450,8 @@ def main(argv: list[str]) -> int:
     for p in args:
         if cmd == "sync":
             print(f"{sync(p)}: synced", flush=True)
-        elif cmd == "pair":
-            print(f"{pair(p)}: paired", flush=True)
         else:
-            print(f"{p}: {execute(p):.1f} s", flush=True)
+            print(f"{pair(p)}: paired", flush=True)
     return 0
 
 
