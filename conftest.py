@@ -2,7 +2,7 @@
 
 * JAX gets the book's 8 simulated CPU devices before any test runs;
 * every program XLA compiles is kept in JAX's persistent compilation cache for the next run
-  (NO_JAX_CACHE names the notebooks that must compile for real);
+  (tools/stale.py's NO_JAX_CACHE names the notebooks that must compile for real);
 * hint predicates that raise fail loudly (SCALEBOOK_STRICT_HINTS);
 * under pytest-xdist the files are handed out longest first, by tests/durations.json
   (``--store-durations`` rewrites it from the run), so the workers finish together.
@@ -13,6 +13,7 @@ It lives at the repository's root so that it applies to a notebook run on its ow
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,24 +25,15 @@ DURATIONS = ROOT / "tests" / "durations.json"
 # as_text(), cost_analysis() and memory_analysis()). Compiling is most of the suite's time,
 # so a second run of an unchanged test or notebook takes a fraction of the first. It is set
 # before JAX is imported, so this process and every notebook kernel it starts (they inherit
-# the environment) use it. Unlike JAX's default (only programs that took over 1 s), every
-# program is kept: most of the suite's compiles take 10 ms to 1 s. The cache is keyed by the
-# program, the compile options and the versions of JAX and jaxlib, so it cannot serve an
-# executable of other code. SCALEBOOK_JAX_CACHE=0 turns it off, SCALEBOOK_JAX_CACHE=DIR
-# moves it; a JAX_COMPILATION_CACHE_DIR of your own is left alone.
-JAX_CACHE = os.environ.get("SCALEBOOK_JAX_CACHE", str(ROOT / "_build" / "jax-cache"))
-if JAX_CACHE not in ("0", "off", "") and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = JAX_CACHE
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# the environment) use it; the notebooks in tools/stale.py's NO_JAX_CACHE (they count
+# compilations in a trace) run without it. The cache is keyed by the program, the compile
+# options and the versions of JAX and jaxlib, so it cannot serve an executable of other code.
+# SCALEBOOK_JAX_CACHE=0 turns it off (tools/stale.py: cache_env says the rest).
+sys.path.insert(0, str(ROOT / "tools"))
+import stale  # noqa: E402
 
-# Notebooks whose outputs depend on compiling for real: their kernels run with the cache off.
-NO_JAX_CACHE = {
-    # a program loaded from the cache leaves no backend_compile span in a trace, and loads
-    # faster than it compiles
-    "notebooks/09_profiling.ipynb": "counts backend_compile spans in the trace of a "
-                                    "recompiling loop, and times it against a cached one",
-}
+sys.path.pop(0)
+stale.cache_env(os.environ)
 
 import scalebook  # noqa: E402
 
@@ -65,11 +57,8 @@ def _rel(path) -> str:
 
 def set_kernel_cache(notebook) -> None:
     """Make the next kernel started from this process use the persistent compilation cache,
-    unless NOTEBOOK (a path) is in NO_JAX_CACHE."""
-    if _rel(notebook) in NO_JAX_CACHE:
-        os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    else:
-        os.environ.pop("JAX_ENABLE_COMPILATION_CACHE", None)
+    unless NOTEBOOK (a path) is in tools/stale.py's NO_JAX_CACHE."""
+    stale.notebook_cache(os.environ, notebook)
 
 
 @pytest.fixture
@@ -85,6 +74,22 @@ def pytest_runtest_setup(item):
     persistent compilation cache off for the notebooks in NO_JAX_CACHE, on for the rest."""
     if item.path.suffix == ".ipynb":
         set_kernel_cache(item.path)
+
+
+STALE_HINT = ("stored outputs differ from a fresh run (stale outputs, or output that cannot "
+              "repeat): '.venv/bin/python tools/notebooks.py stale' lists every such cell, "
+              "'execute --stale' stores fresh ones")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """nbval reports a cell whose outputs differ as "Notebook cell execution failed", as it
+    does a cell that raised: say which it is, and what to run."""
+    outcome = yield
+    rep = outcome.get_result()
+    if item.path.suffix == ".ipynb" and rep.failed and isinstance(rep.longrepr, str) \
+            and "Cell outputs differ" in rep.longrepr:
+        rep.longrepr = rep.longrepr.replace("Notebook cell execution failed", STALE_HINT, 1)
 
 
 def _durations() -> dict:

@@ -4,6 +4,9 @@
     python3 tasks.py build    # build the website into _build/html (warnings are errors), and its PDF
     python3 tasks.py pdf      # only the PDF: the whole book as one file, _build/html/scalebook.pdf
     python3 tasks.py test     # run the whole test suite
+    python3 tasks.py quick    # the quick tier: every test but the slow ones (site, PDF, Colab)
+    python3 tasks.py chapter 5  # one chapter: its notebook, its solutions, its exercise tests
+    python3 tasks.py stale    # which notebooks' stored outputs a change made stale (--write)
     python3 tasks.py bench    # time every notebook against a kernel-plus-set-up floor, and the suite
     python3 tasks.py student  # the student edition (no solutions) and its site, in _build/student
 
@@ -14,8 +17,12 @@ Extra arguments after ``test`` go to pytest, e.g. ``python3 tasks.py test -k roo
 ``-m "not slow"`` leaves out the site build and the Colab path. The tests run on all cores
 (pytest-xdist, a test file or notebook at a time per worker); ``-n0`` (or ``-p no:xdist``)
 runs them in one process.
+``quick`` and ``chapter`` take pytest's arguments too. ``stale`` is
+``tools/notebooks.py stale`` (its options: ``--write`` stores the fresh outputs, ``--all``).
+The tests keep every program XLA compiles in JAX's persistent compilation cache,
+``_build/jax-cache``, so a second run compiles little (SCALEBOOK_JAX_CACHE=0: no cache).
 ``bench`` options: ``--rounds N`` (3), ``--only PATTERN`` (notebooks whose path matches),
-``--no-suite`` (skip timing the test suite).
+``--no-suite`` (skip timing the test suite), ``--suite quick|full|all`` (which tiers: all).
 """
 
 from __future__ import annotations
@@ -169,16 +176,55 @@ def test(args: list[str]) -> int:
                           env=_env()).returncode
 
 
+QUICK = ["-m", "not slow"]
+
+
+def quick(args: list[str]) -> int:
+    """The quick tier: ``test -m "not slow"`` (every unit test, notebook and exercise check;
+    not the site, the PDF, the browser, the student edition or the Colab path)."""
+    return test(QUICK + args)
+
+
+def chapter_paths(n: int, root: Path = ROOT) -> list[str]:
+    """What ``chapter N`` runs: the chapter's notebook and solutions, and its tests
+    (tests/*_chNN.py)."""
+    tag = f"{n:02d}_"
+    paths = [p for d in ("notebooks", "solutions") for p in sorted((root / d).glob(tag + "*.ipynb"))]
+    paths += sorted((root / "tests").glob(f"test_*_ch{n:02d}.py"))
+    return [p.relative_to(root).as_posix() for p in paths]
+
+
+def chapter(args: list[str]) -> int:
+    if not args or not args[0].isdigit():
+        print("usage: python3 tasks.py chapter N [pytest arguments]   e.g. chapter 5 -x")
+        return 2
+    paths = chapter_paths(int(args[0]))
+    if not paths:
+        print(f"[tasks] no chapter {args[0]}: no notebooks/{int(args[0]):02d}_*.ipynb")
+        return 2
+    _say("chapter " + args[0] + ": " + ", ".join(paths))
+    return test(paths + args[1:])
+
+
+def stale(args: list[str]) -> int:
+    """tools/notebooks.py stale, run with the venv (options: --help)."""
+    py = ensure_venv()
+    return subprocess.run([str(py), str(ROOT / "tools" / "notebooks.py"), "stale"] + args,
+                          cwd=ROOT, env=_env()).returncode
+
+
 # ----------------------------------------------------------------------------------------
 # bench: how long each notebook takes in a fresh kernel, next to the floor every notebook
 # pays (kernel start + the set-up cell), and how long each part of the test suite takes.
 
 NOTEBOOK_DIRS = ("notebooks", "solutions", "book")
-SUITE_PARTS = (  # (name, pytest arguments); each part runs as one pytest process
-    ("unit", ["tests", "-m", "not slow"]),
-    ("nbval", ["notebooks", "solutions", "book"]),
-    ("site", ["tests/test_site.py"]),
-    ("colab", ["tests/test_colab.py"]),
+# (name, pytest arguments, compilation cache); each part runs as one pytest process, with
+# pyproject's options (xdist on). "cold" gives it a new, empty cache (a fresh clone, CI);
+# "warm" the cache the part before it left (the inner loop: run again after a change).
+SUITE_PARTS = (
+    ("quick, cold cache", QUICK, "cold"),
+    ("quick, warm cache", QUICK, "warm"),
+    ("full, cold cache", [], "cold"),
 )
 
 
@@ -242,10 +288,12 @@ def notebook_table(floor: list[float], times: dict[str, list[float]],
     return markdown_table(["notebook", "median wall s", "x floor", "min s", "max s"], rows)
 
 
-def suite_table(parts: list[tuple[str, list[str], float, int, str]]) -> str:
+def suite_table(parts: list[tuple]) -> str:
+    """PARTS: (name, pytest arguments, wall s, CPU s, exit status, pytest's summary)."""
     rows = [[name, "`pytest " + " ".join(a if " " not in a else repr(a) for a in args) + "`",
-             f"{wall:.0f}", str(rc), summary] for name, args, wall, rc, summary in parts]
-    return markdown_table(["part", "command", "wall s", "exit", "pytest says"], rows)
+             f"{wall:.0f}", f"{cpu:.0f}", str(rc), summary]
+            for name, args, wall, cpu, rc, summary in parts]
+    return markdown_table(["part", "command", "wall s", "CPU s", "exit", "pytest says"], rows)
 
 
 def as_node(nb: dict):
@@ -301,13 +349,29 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
                  + (f"{times[name][-1]:.1f} s" if name not in failed else "FAILED"))
     suite = []
     if not opts.no_suite:
-        for part, args in SUITE_PARTS:
+        import resource
+        import tempfile
+
+        wanted = {"quick": ("quick",), "full": ("full",), "all": ("quick", "full")}[opts.suite]
+        caches = tempfile.TemporaryDirectory(prefix="bench-jax-cache-")
+        cache = None
+        for i, (part, args, kind) in enumerate(SUITE_PARTS):
+            if not part.startswith(wanted):
+                continue
+            if kind == "cold" or cache is None:
+                cache = str(Path(caches.name) / f"cache{i}")
+            env = dict(_env(), SCALEBOOK_JAX_CACHE=cache)
+            env.pop("JAX_COMPILATION_CACHE_DIR", None)
             _say(f"suite part {part}: pytest {' '.join(args)}")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=_env(),
+            r = subprocess.run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=env,
                                capture_output=True, text=True)
-            suite.append((part, args, time.perf_counter() - t0, r.returncode,
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            suite.append((part, args, time.perf_counter() - t0, cpu, r.returncode,
                           _pytest_summary(r.stdout)))
+        caches.cleanup()
     changed = [p for p in paths if hashlib.sha256(p.read_bytes()).hexdigest() != before[p]]
     cpus = os.cpu_count()
     print(f"\n### Notebooks: wall seconds in a fresh kernel, median of {opts.rounds} "
@@ -317,12 +381,12 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
         print(f"\n{name} failed: {why}")
     if suite:
         print("\n### Test suite by part: one pytest process each, with pyproject's options "
-              "(xdist on)\n")
+              "(xdist on); CPU s is user + system time of the process and its children\n")
         print(suite_table(suite))
     if changed:  # nothing here writes them; someone else did meanwhile
         print("\nnote: these notebooks changed on disk during the run (not by bench): "
               + ", ".join(p.relative_to(ROOT).as_posix() for p in changed))
-    return 1 if failed or any(rc not in (0,) for _, _, _, rc, _ in suite) else 0
+    return 1 if failed or any(part[4] != 0 for part in suite) else 0
 
 
 def bench(args: list[str]) -> int:
@@ -334,6 +398,9 @@ def bench(args: list[str]) -> int:
                         help="only notebooks whose path (e.g. notebooks/01_rooflines.ipynb) "
                              "matches this glob or contains it")
     parser.add_argument("--no-suite", action="store_true", help="do not time the test suite")
+    parser.add_argument("--suite", choices=("quick", "full", "all"), default="all",
+                        help="which tiers of the suite to time: the quick one (cold and warm "
+                             "cache), the full one (cold), or all")
     opts = parser.parse_args(args)
     if opts.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -352,7 +419,8 @@ def student(args: list[str]) -> int:
 
 
 def main() -> int:
-    commands = {"build": build, "test": test, "bench": bench, "student": student, "pdf": pdf}
+    commands = {"build": build, "test": test, "quick": quick, "chapter": chapter, "stale": stale,
+                "bench": bench, "student": student, "pdf": pdf}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

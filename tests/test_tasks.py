@@ -89,8 +89,23 @@ def test_notebook_table_is_markdown_with_ratios_to_the_floor_median():
 
 
 def test_suite_table_quotes_arguments_with_spaces():
-    table = tasks.suite_table([("unit", ["tests", "-m", "not slow"], 61.4, 0, "700 passed in 60s")])
-    assert table.splitlines()[2] == "| unit | `pytest tests -m 'not slow'` | 61 | 0 | 700 passed in 60s |"
+    table = tasks.suite_table([("quick", ["-m", "not slow"], 61.4, 97.6, 0, "700 passed in 60s")])
+    assert table.splitlines()[2] == "| quick | `pytest -m 'not slow'` | 61 | 98 | 0 | 700 passed in 60s |"
+
+
+def test_the_suite_parts_time_the_quick_tier_cold_then_warm_and_the_full_suite_cold():
+    assert [(name, args, cache) for name, args, cache in tasks.SUITE_PARTS] == [
+        ("quick, cold cache", ["-m", "not slow"], "cold"),
+        ("quick, warm cache", ["-m", "not slow"], "warm"),
+        ("full, cold cache", [], "cold")]
+
+
+def test_a_chapter_is_its_notebook_its_solutions_and_its_tests():
+    assert tasks.chapter_paths(2) == [
+        "notebooks/02_accelerators.ipynb", "solutions/02_accelerators.ipynb",
+        "tests/test_chip_internals_ch02.py", "tests/test_exercises_ch02.py",
+        "tests/test_hardware_ch02.py"]
+    assert tasks.chapter_paths(99) == []
 
 
 def test_pytest_summary_is_the_last_rule_line():

@@ -111,18 +111,29 @@ __all__: list[str] = []
 ''')
     tests.write_text(f'''"""Chapter {chapter}'s exercise checks accept right answers, reject wrong ones, and never raise.
 
-The right answers here are worked by hand, independently of scalebook/exercises/ch{chapter:02d}.py."""
+The right answers here are worked by hand, independently of scalebook/exercises/ch{chapter:02d}.py.
+What the tests require of every exercise (tests/exercise_harness.py; README, "Exercises"):
+
+* RIGHT[id]: the answer, worked by hand here (numeric ones are also tried at 0.9 and 1.1 x
+  their tolerance: accepted and rejected);
+* WRONG[id]: the typical mistakes, each rejected with a hint, not a bare "wrong";
+* HINTS[id]: (mistake, words its hint must contain) pairs. The first case should tell the
+  typical mistakes apart (round vs ceil, a missing factor 2 vs a missing byte size); with
+  all_hints=True every hint the exercise defines must be reached by one of them, so a hint
+  that a more generic one always beats fails the tests;
+* a code exercise: tested on at least two shapes, in a test of its own below.
+"""
 
 import pytest
 
 from exercise_harness import standard_tests
 from scalebook.exercises import evaluate
 
-RIGHT: dict = {{}}
-WRONG: dict = {{}}
-HINTS: dict = {{}}
+RIGHT: dict = {{}}   # id -> the right answer
+WRONG: dict = {{}}   # id -> [typical wrong answers]
+HINTS: dict = {{}}   # id -> [(wrong answer, words of its hint)]
 
-globals().update(standard_tests({chapter}, RIGHT, WRONG, HINTS))
+globals().update(standard_tests({chapter}, RIGHT, WRONG, HINTS, all_hints=True))
 ''')
     _add_to_toc(root, name)
     if sync:
@@ -198,8 +209,10 @@ register({cls}(
 
 
 def test_{ex_id.replace(".", "_")}_is_written():
-    pytest.fail("write the tests of exercise {ex_id}: a right answer worked by hand, typical "
-                "wrong answers with their hints (add them to RIGHT, WRONG and HINTS)")
+    pytest.fail("write the tests of exercise {ex_id}: its right answer worked by hand in RIGHT, "
+                "its typical wrong answers in WRONG, and in HINTS each mistake with words of "
+                "its hint, every hint reached (all_hints=True); a code exercise on two shapes "
+                "or more (see this file's docstring)")
 ''')
     if sync:
         import notebooks as nbtool

@@ -12,7 +12,8 @@ run records what the notebook used:
   unit's fingerprint is a hash of its syntax tree without docstrings, so comments,
   docstrings and moved lines change nothing; ``sys.monitoring`` records which code ran,
   at the cost of one event per function the first time it runs;
-* the files under the repository it opened (data the notebook reads), by content;
+* the files under the repository or the notebook's folder it opened (data it reads), by
+  content;
 * its own cells (sources and tags), and the versions of Python, JAX, jaxlib, numpy and
   matplotlib.
 
@@ -55,22 +56,33 @@ NO_JAX_CACHE = {
 }
 
 
-def kernel_env(notebook, base: dict | None = None) -> dict:
-    """The environment a notebook's kernel gets: BASE (os.environ) with the persistent
-    compilation cache on, off for the notebooks in NO_JAX_CACHE. SCALEBOOK_JAX_CACHE=0
-    turns it off, SCALEBOOK_JAX_CACHE=DIR moves it; a JAX_COMPILATION_CACHE_DIR already set
-    is kept."""
-    env = dict(os.environ if base is None else base)
+def cache_env(env: dict) -> dict:
+    """Switch JAX's persistent compilation cache on in ENV (changed in place, returned), with
+    every program kept (JAX's default keeps only those that took over 1 s to compile; most of
+    the suite's take 10 ms to 1 s). SCALEBOOK_JAX_CACHE=0 leaves it off, SCALEBOOK_JAX_CACHE=DIR
+    moves it from _build/jax-cache; a JAX_COMPILATION_CACHE_DIR already set is kept."""
     where = env.get("SCALEBOOK_JAX_CACHE", str(JAX_CACHE_DIR))
     if where not in ("0", "off", "") and "JAX_COMPILATION_CACHE_DIR" not in env:
         env["JAX_COMPILATION_CACHE_DIR"] = where
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    return env
+
+
+def notebook_cache(env: dict, notebook) -> dict:
+    """The cache for NOTEBOOK's kernel in ENV (changed in place, returned): off for the
+    notebooks in NO_JAX_CACHE, as cache_env set it for the rest."""
     if rel(notebook) in NO_JAX_CACHE:
         env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     else:
         env.pop("JAX_ENABLE_COMPILATION_CACHE", None)
     return env
+
+
+def kernel_env(notebook, base: dict | None = None) -> dict:
+    """The environment NOTEBOOK's kernel gets: BASE (os.environ) with the persistent
+    compilation cache as the test suite has it (conftest.py)."""
+    return notebook_cache(cache_env(dict(os.environ if base is None else base)), notebook)
 
 
 def rel(path) -> str:
@@ -83,7 +95,7 @@ def rel(path) -> str:
 # Run silently in the kernel before the first cell (no output, no execution count): records
 # each code object of scalebook that starts, once, and each file opened under the repository.
 TRACER = r'''
-def _scalebook_trace(root, package):
+def _scalebook_trace(roots, package):
     import sys, os
     seen, files = set(), set()
     tool = next(t for t in (sys.monitoring.PROFILER_ID, 3, 4, 5)
@@ -100,8 +112,8 @@ def _scalebook_trace(root, package):
 
     def audit(event, args):
         if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-            p = os.fsdecode(args[0]) if not isinstance(args[0], int) else ""
-            if p.startswith(root):
+            p = os.path.realpath(os.fsdecode(args[0]))
+            if p.startswith(roots):
                 files.add(p)
 
     sys.addaudithook(audit)
@@ -111,7 +123,7 @@ def _scalebook_trace(root, package):
         return json.dumps({"code": sorted(seen), "files": sorted(files)})
     return report
 
-_scalebook_stale_report = _scalebook_trace({root!r}, {package!r})
+_scalebook_stale_report = _scalebook_trace({roots!r}, {package!r})
 del _scalebook_trace
 '''
 
@@ -410,7 +422,8 @@ def run_notebook(path: str, nb_json: str, keep: bool = False, timeout: int = 600
     t0 = time.perf_counter()
     try:
         with client.setup_kernel(env=env):
-            tracer = TRACER.replace("{root!r}", repr(str(ROOT) + os.sep)).replace(
+            roots = (str(ROOT) + os.sep, str(ipynb.parent.resolve()) + os.sep)
+            tracer = TRACER.replace("{roots!r}", repr(roots)).replace(
                 "{package!r}", repr(str(PACKAGE) + os.sep))
             reply = run_sync(client.kc.execute_interactive)(tracer, silent=True,
                                                             store_history=False, timeout=60)
