@@ -348,9 +348,13 @@ def shard_for_decode(params, cache, config: TransformerConfig, mesh, data_axis: 
     if B % mesh.shape[data_axis]:
         raise ValueError(f"the cache's batch {B} does not divide over the {mesh.shape[data_axis]} "
                          f"devices of axis {data_axis!r}")
-    params = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, p_specs)
+    # Placed from host (numpy) copies, which jax.device_put cuts into shards on the host: a
+    # JAX array on one device would be re-placed by a compiled slicing program per shape.
+    params = jax.tree.map(lambda x, s: jax.device_put(np.asarray(x), NamedSharding(mesh, s)),
+                          params, p_specs)
     sh = NamedSharding(mesh, c_spec)
-    cache = [(jax.device_put(k, sh), jax.device_put(v, sh)) for k, v in cache]
+    cache = [(jax.device_put(np.asarray(k), sh), jax.device_put(np.asarray(v), sh))
+             for k, v in cache]
     return params, cache
 
 

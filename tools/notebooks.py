@@ -317,9 +317,12 @@ def _store(run, refresh_ignored: bool = False) -> int:
     st = _stale()
     ipynb = ROOT / run.path
     fresh = nbformat.reads(run.fresh, as_version=4)
+    stored = nbformat.read(ipynb, as_version=4) if ipynb.exists() else None
+    if ipynb.with_suffix(".md").exists():
+        sync(ipynb)                     # the .md as sync writes it (the .ipynb follows)
     kept = 0
-    if not refresh_ignored and ipynb.exists():
-        kept = st.keep_ignored_outputs(nbformat.read(ipynb, as_version=4), fresh)
+    if not refresh_ignored and stored is not None:
+        kept = st.keep_ignored_outputs(stored, fresh)
     _write_ipynb(normalise(fresh), ipynb)
     st.save_entries({run.path: run.entry})
     return kept
@@ -349,13 +352,15 @@ def stale_command(args) -> int:
     paths = [pair_paths(p)[1] for p in args.paths] if args.paths else \
         [pair_paths(p)[1] for p in all_pairs()]
     manifest = st.load_manifest()
-    jobs, fresh_enough = [], []
+    jobs, fresh_enough, drifted = [], [], set()
     for ipynb in paths:
         key = st.rel(ipynb)
         nb = synced(ipynb)
         why = ["--all"] if args.all else st.changed_inputs(ipynb, nb, manifest.get(key))
         if drift(ipynb):
-            why.insert(0, "its .md has edits the .ipynb does not have (run 'sync')")
+            drifted.add(key)
+            why.insert(0, "its .md has edits the .ipynb does not have"
+                          + (" (stored with --write)" if args.write else " (run 'sync')"))
         if why:
             jobs.append((key, nbformat.writes(nb), why))
         else:
@@ -389,8 +394,12 @@ def stale_command(args) -> int:
                       + (f" (kept {kept} nbval-ignore-output cells)" if kept else ""))
                 bad, stored = bad - 1, stored + 1
         else:
-            entries[run.path] = run.entry
             print(f"{run.path}: up to date ({run.seconds:.0f} s)")
+            if args.write and run.path in drifted:    # the new inputs, with the outputs
+                _store(run, args.refresh_ignored)
+                print("    stored its new inputs (.md and .ipynb in sync)")
+            else:
+                entries[run.path] = run.entry
     st.save_entries(entries)
     print(f"{len(jobs)} run in {time.perf_counter() - t0:.0f} s: "
           + (f"{stored} were stale and now hold fresh outputs; " if stored else "")
