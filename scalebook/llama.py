@@ -56,38 +56,59 @@ XLA_FLOP_TOLERANCE = 0.05
 
 
 # -- parameters ---------------------------------------------------------------------------
+def _generator(key) -> np.random.Generator:
+    """A NumPy generator seeded by KEY: a JAX PRNG key (``jax.random.key(n)``), a raw
+    ``jax.random.PRNGKey(n)``, or an int."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return np.random.default_rng(int(key))
+    if hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    data = np.asarray(key)
+    if data.dtype.kind not in "ui" or data.size == 0:
+        raise TypeError(f"key must be a JAX PRNG key or an int; got {key!r}")
+    return np.random.default_rng(data.astype(np.uint64).ravel().tolist())
+
+
 def init_params(config: TransformerConfig, key=None, dtype=jnp.float32) -> dict:
     """Random parameters for ``config``: a dict of arrays (normal, std 1/sqrt(fan-in);
     norm gains 1). Layout: ``embed`` [V, d]; ``layers``: a list of L dicts with
     ``attn_norm`` [d], ``wq`` [d, H h], ``wk`` and ``wv`` [d, K h], ``wo`` [H h, d],
     ``mlp_norm`` [d], ``w_gate`` and ``w_up`` [d, F], ``w_down`` [F, d]; ``final_norm`` [d];
-    ``head`` [d, V] unless the embeddings are tied."""
+    ``head`` [d, V] unless the embeddings are tied.
+
+    ``key`` (a JAX PRNG key or an int; default 0) seeds NumPy's generator, which draws the
+    values on the host in the order above; they are then placed on the device. Drawing
+    with ``jax.random`` would compile a program for every shape, about a second for a small
+    model on a CPU, each time a notebook starts."""
     c = get_model(config)
-    if key is None:
-        key = jax.random.key(0)
+    rng = _generator(0 if key is None else key)
     d, F, V = c.d_model, c.d_ff, c.vocab_size
 
-    def dense(k, fan_in, fan_out):
-        return (jax.random.normal(k, (fan_in, fan_out), jnp.float32) / math.sqrt(fan_in)).astype(dtype)
+    def place(x):
+        return jax.device_put(np.asarray(x, np.float32).astype(dtype))
 
-    keys = jax.random.split(key, c.n_layers + 2)
-    params = {"embed": jax.random.normal(keys[0], (V, d), jnp.float32).astype(dtype), "layers": []}
-    for i in range(c.n_layers):
-        k = jax.random.split(keys[i + 1], 7)
+    def dense(fan_in, fan_out):
+        return place(rng.standard_normal((fan_in, fan_out)) / math.sqrt(fan_in))
+
+    def ones(n):
+        return place(np.ones(n))
+
+    params = {"embed": place(rng.standard_normal((V, d))), "layers": []}
+    for _ in range(c.n_layers):
         params["layers"].append({
-            "attn_norm": jnp.ones((d,), dtype),
-            "wq": dense(k[0], d, c.q_dim),
-            "wk": dense(k[1], d, c.kv_dim),
-            "wv": dense(k[2], d, c.kv_dim),
-            "wo": dense(k[3], c.q_dim, d),
-            "mlp_norm": jnp.ones((d,), dtype),
-            "w_gate": dense(k[4], d, F),
-            "w_up": dense(k[5], d, F),
-            "w_down": dense(k[6], F, d),
+            "attn_norm": ones(d),
+            "wq": dense(d, c.q_dim),
+            "wk": dense(d, c.kv_dim),
+            "wv": dense(d, c.kv_dim),
+            "wo": dense(c.q_dim, d),
+            "mlp_norm": ones(d),
+            "w_gate": dense(d, F),
+            "w_up": dense(d, F),
+            "w_down": dense(F, d),
         })
-    params["final_norm"] = jnp.ones((d,), dtype)
+    params["final_norm"] = ones(d)
     if not c.tied_embeddings:
-        params["head"] = dense(keys[-1], d, V)
+        params["head"] = dense(d, V)
     return params
 
 
