@@ -98,11 +98,13 @@ def measure_matmul(n: int, dtype="float32", repeats: int = 5) -> Measurement:
     import jax
     import jax.numpy as jnp
 
+    import numpy as np
+
     op = matmul_operation(n, dtype)
     dt = jnp.dtype(dtype)
-    k1, k2 = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(k1, (n, n), dt)
-    b = jax.random.normal(k2, (n, n), dt)
+    # drawn on the host and placed: jax.random would compile a program for every size
+    rng = np.random.default_rng(0)
+    a, b = (jax.device_put(rng.standard_normal((n, n)).astype(dt)) for _ in range(2))
     f = jax.jit(jnp.matmul)
     return _timed(op, time_call(f, a, b, repeats=repeats))
 
@@ -118,8 +120,10 @@ def measure_elementwise(n: int, dtype="float32", repeats: int = 5) -> Measuremen
 
     op = elementwise_operation(n, dtype)
     dt = jnp.dtype(dtype)
+    import numpy as np
+
     f = jax.jit(lambda x: x * 2 + 1, donate_argnums=0)
-    x = jnp.zeros((n,), dt)
+    x = jax.device_put(np.zeros((n,), dt))          # placed: jnp.zeros compiles per size
     x = jax.block_until_ready(f(x))
     times = []
     for _ in range(repeats):
