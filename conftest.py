@@ -76,9 +76,10 @@ def pytest_runtest_setup(item):
         set_kernel_cache(item.path)
 
 
-STALE_HINT = ("stored outputs differ from a fresh run (stale outputs, or output that cannot "
-              "repeat): '.venv/bin/python tools/notebooks.py stale' lists every such cell, "
-              "'execute --stale' stores fresh ones")
+STALE_HINT = ("outputs differ from the stored ones: a change that was meant to change them "
+              "needs them stored again ('.venv/bin/python tools/notebooks.py stale' lists "
+              "every such cell, 'execute --stale' stores them); otherwise the change broke "
+              "what this cell shows")
 
 
 @pytest.hookimpl(hookwrapper=True)
