@@ -363,12 +363,12 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
             env = dict(_env(), SCALEBOOK_JAX_CACHE=cache)
             env.pop("JAX_COMPILATION_CACHE_DIR", None)
             _say(f"suite part {part}: pytest {' '.join(args)}")
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             r = subprocess.run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=env,
                                capture_output=True, text=True)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
             suite.append((part, args, time.perf_counter() - t0, cpu, r.returncode,
                           _pytest_summary(r.stdout)))
         caches.cleanup()
