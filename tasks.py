@@ -321,6 +321,37 @@ def _pytest_summary(output: str) -> str:
     return lines[-1] if lines else (output.strip().splitlines() or [""])[-1][:120]
 
 
+def time_suite(which: str = "all", run=subprocess.run) -> list[tuple]:
+    """Run the SUITE_PARTS of WHICH ("quick", "full" or "all"), each as one pytest process:
+    [(name, pytest arguments, wall s, CPU s of the process and its children, exit status,
+    pytest's summary line)]. A "cold" part gets a new, empty compilation cache; a "warm"
+    one the cache the part before it left. RUN is subprocess.run (a test passes its own)."""
+    import resource
+    import tempfile
+
+    wanted = {"quick": ("quick",), "full": ("full",), "all": ("quick", "full")}[which]
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench-jax-cache-") as caches:
+        cache = None
+        for i, (part, args, kind) in enumerate(SUITE_PARTS):
+            if not part.startswith(wanted):
+                continue
+            if kind == "cold" or cache is None:
+                cache = str(Path(caches) / f"cache{i}")
+            env = dict(_env(), SCALEBOOK_JAX_CACHE=cache)
+            env.pop("JAX_COMPILATION_CACHE_DIR", None)
+            _say(f"suite part {part}: pytest {' '.join(args)}")
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            r = run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=env,
+                    capture_output=True, text=True)
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+            out.append((part, args, time.perf_counter() - t0, cpu, r.returncode,
+                        _pytest_summary(r.stdout)))
+    return out
+
+
 def _bench_in_venv(opts: argparse.Namespace) -> int:
     paths = bench_notebooks(opts.only)
     if not paths:
@@ -347,31 +378,7 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
                 failed[name] = f"{type(e).__name__}: {last[0].strip()}"
             _say(f"round {r}: floor {floor[-1]:.1f} s, {name} "
                  + (f"{times[name][-1]:.1f} s" if name not in failed else "FAILED"))
-    suite = []
-    if not opts.no_suite:
-        import resource
-        import tempfile
-
-        wanted = {"quick": ("quick",), "full": ("full",), "all": ("quick", "full")}[opts.suite]
-        caches = tempfile.TemporaryDirectory(prefix="bench-jax-cache-")
-        cache = None
-        for i, (part, args, kind) in enumerate(SUITE_PARTS):
-            if not part.startswith(wanted):
-                continue
-            if kind == "cold" or cache is None:
-                cache = str(Path(caches.name) / f"cache{i}")
-            env = dict(_env(), SCALEBOOK_JAX_CACHE=cache)
-            env.pop("JAX_COMPILATION_CACHE_DIR", None)
-            _say(f"suite part {part}: pytest {' '.join(args)}")
-            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "pytest"] + args, cwd=ROOT, env=env,
-                               capture_output=True, text=True)
-            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-            suite.append((part, args, time.perf_counter() - t0, cpu, r.returncode,
-                          _pytest_summary(r.stdout)))
-        caches.cleanup()
+    suite = [] if opts.no_suite else time_suite(opts.suite)
     changed = [p for p in paths if hashlib.sha256(p.read_bytes()).hexdigest() != before[p]]
     cpus = os.cpu_count()
     print(f"\n### Notebooks: wall seconds in a fresh kernel, median of {opts.rounds} "

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,27 @@ def test_the_suite_parts_time_the_quick_tier_cold_then_warm_and_the_full_suite_c
         ("quick, cold cache", ["-m", "not slow"], "cold"),
         ("quick, warm cache", ["-m", "not slow"], "warm"),
         ("full, cold cache", [], "cold")]
+
+
+def test_time_suite_gives_each_part_a_cold_or_the_previous_cache(monkeypatch):
+    calls = []
+
+    def fake_run(cmd, cwd, env, capture_output, text):
+        calls.append((cmd[3:], env["SCALEBOOK_JAX_CACHE"]))
+        return types.SimpleNamespace(returncode=len(calls) - 1,
+                                     stdout=f"==== {len(calls)} passed in 1.0s ====\n")
+    monkeypatch.setattr(tasks, "_say", lambda msg: None)
+    rows = tasks.time_suite("all", run=fake_run)
+    assert [r[0] for r in rows] == ["quick, cold cache", "quick, warm cache", "full, cold cache"]
+    assert [r[4] for r in rows] == [0, 1, 2] and rows[2][5] == "3 passed in 1.0s"
+    assert [c[0] for c in calls] == [["-m", "not slow"], ["-m", "not slow"], []]
+    cold, warm, full = (c[1] for c in calls)
+    assert cold == warm and full != cold                      # warm reuses the cold cache
+    table = tasks.suite_table(rows)
+    assert table.count("\n") == 4 and "| quick, warm cache |" in table
+    calls.clear()
+    assert [r[0] for r in tasks.time_suite("quick", run=fake_run)] == [
+        "quick, cold cache", "quick, warm cache"]
 
 
 def test_a_chapter_is_its_notebook_its_solutions_and_its_tests():
