@@ -36,11 +36,11 @@ from .hardware import Chip, get_chip
 from .units import check_nonnegative, check_positive, check_positive_int
 
 __all__ = [
-    "NETWORKS", "SCHEMES", "ZERO_STAGES", "SCHEDULES", "REMAT_POLICIES",
+    "NETWORKS", "TP_PASSES", "COMBINES", "SCHEMES", "ZERO_STAGES", "SCHEDULES", "REMAT_POLICIES",
     "Network", "network", "LayerTimes", "ChipMemory", "Schedule", "Capacity", "TwoDPlan",
     "dp_layer_times", "fsdp_layer_times", "data_parallel_critical_batch",
     "training_memory_per_chip", "largest_model_per_chip",
-    "tp_mlp_layer_times", "tp_attention_check", "max_tp_degree",
+    "tp_mlp_layer_times", "tp_attention_check", "max_tp_degree", "max_tp_degree_layer",
     "fsdp_tp_layer_times", "optimal_fsdp_degree", "fsdp_tp_critical_batch", "best_2d_split",
     "check_pipeline", "bubble_fraction", "pipeline_schedule", "simulate_schedule",
     "pipeline_activation_microbatches",
@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 NETWORKS = ("ici", "dcn")
+TP_PASSES = ("forward", "backward", "worse")
+COMBINES = ("max", "sum")
 SCHEMES = ("dp", "fsdp")
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
@@ -307,27 +309,54 @@ def fsdp_layer_times(D: int, F: int, b: float, n_fsdp, chip, *, network_kind: st
     return LayerTimes("fsdp", fwd, ag, 2 * fwd, ag + rs)
 
 
-def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, network_kind: str = "ici",
+def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, shape=None,
+                                 network_kind: str = "ici",
                                  bytes_per_element: float = 2) -> float:
     """Tokens per chip above which DP's gradient all-reduce (equally FSDP's gathers and
-    reduce-scatter) hides behind the matmuls: b* = (n-1)/n * s C / (4 W k) on ``axes`` = k
-    torus axes (s C / (2 W) on a one-way ring, e.g. a GPU's NVLink or the DCN).
+    reduce-scatter) hides behind the matmuls: b* = (n-1)/n * s C / (2 W l), where l is the
+    number of links a chip sends on at once: 2 per torus axis (one each way), 1 on an
+    axis of 2 chips, 1 on a one-way ring (the DCN) or a GPU's NVSwitch (whose W is all
+    its NVLinks). Large torus axes, k of them: s C / (4 W k). D and F cancel, so no model
+    is needed.
 
-    ``n`` is the number of chips over the data axes (default: the large-n limit, where
-    (n-1)/n -> 1); on axes of 2 chips each axis has one link, so the torus's factor 2 is
-    lost (n = 2: 1/2 s C / (2 W), not 1/2 s C / (4 W)). D and F cancel, so no model is
-    needed."""
+    Give the data axes one of three ways: nothing (one large axis, the large-n limit
+    (n-1)/n -> 1); ``axes`` = k (k large torus axes, large-n limit), optionally with ``n``
+    chips on one axis (k = 1); or ``shape``, the sizes of the torus axes the data axis
+    spans, e.g. ``shape=(4, 2, 2)``: n = 16 chips, 2 + 1 + 1 = 4 links (an axis of 2 has
+    one)."""
     c = _chip(chip)
     k = _int("axes (torus axes the data axis spans)", axes)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
-    frac = 1.0 if n is None else (lambda m: (m - 1) / m)(_int("n", n, minimum=2))
-    # an axis of 2 chips has one link: nothing to split between two directions
-    directions = _coll.links_per_device(net.topology,
-                                        None if n is None else round(n ** (1 / k)))
-    # all-reduce of s bytes per weight element (2 (n-1)/n s / (directions W k)) against the
+    if shape is not None:
+        sizes = _axes("shape", shape)
+        if k != 1:
+            raise ValueError(f"give shape={sizes} or axes={k}, not both: the shape already "
+                             f"says how many axes there are")
+        m = math.prod(sizes)
+        if m < 2:
+            raise ValueError(f"shape={sizes} has {m} chip; data parallelism needs at "
+                             f"least 2")
+        if n is not None and _int("n", n) != m:
+            raise ValueError(f"n={n} does not match shape={sizes}, which has {m} chips")
+    elif n is not None:
+        m = _int("n", n, minimum=2)
+        if k != 1:
+            raise ValueError(f"n={m} chips over axes={k} axes: give the mesh shape instead, "
+                             f"e.g. shape=(4, 2, 2) for 16 chips on three axes (the split "
+                             f"sets the links: an axis of 2 chips has one)")
+        sizes = (m,)
+    else:
+        m, sizes = None, (None,) * k
+    frac = 1.0 if m is None else (m - 1) / m
+    if net.topology == "switch":
+        links = 1                          # the switch's W is already all of a GPU's links
+    else:
+        links = sum(_coll.links_per_device(net.topology, a) for a in sizes
+                    if a is None or a > 1)
+    # all-reduce of s bytes per weight element (2 (n-1)/n s / (links W)) against the
     # backward's 4 FLOPs per weight element per token.
-    return 2 * frac * s / (directions * net.bandwidth * k) / (4 / c.bf16_flops)
+    return 2 * frac * s / (links * net.bandwidth) / (4 / c.bf16_flops)
 
 
 def training_memory_per_chip(n_params: float, n_shard: int = 1, zero_stage: int = 0, *,
@@ -409,81 +438,169 @@ def tp_attention_check(n_heads: int, n_kv_heads: int, n_tp: int) -> int:
     return check_divides("n_heads", H, n, "tensor-parallel chips")
 
 
+def _largest_tp(flops, ar_bytes, c: Chip, net: Network, k: int) -> int:
+    """Largest n whose all-reduces hide behind the matmuls of one pass, per token:
+    2 (n-1)/n ar_bytes / (W l) <= flops / (n C), l = k x links per torus axis, so
+    n <= 1 + flops W l / (2 ar_bytes C). An axis of 2 chips has one link (l = 1)."""
+    w_eff = net.bandwidth * k * _coll.links_per_device(net.topology)
+    n = int(math.floor(1 + flops * w_eff / (2 * ar_bytes * c.bf16_flops) + 1e-9))
+    if n == 2 and k == 1:
+        # an axis of 2 chips has one link: the all-reduce gets W, not 2 W
+        w2 = net.bandwidth * _coll.links_per_device(net.topology, 2)
+        n = 2 if flops * w2 / (2 * ar_bytes * c.bf16_flops) >= 1 - 1e-9 else 1
+    return n
+
+
 def max_tp_degree(F: int, chip, *, matmuls: int = 2, axes: int = 1, network_kind: str = "ici",
                   bytes_per_element: float = 2) -> int:
     """Largest n_tp for which the Megatron MLP's all-reduce hides behind its matmuls.
 
     From 2 (n-1)/n B D s / W_eff <= matmuls 2 B D F / (n C), with W_eff = 2 W k on k torus
     axes (W on a ring): n <= 1 + matmuls F W_eff / (s C). B and D cancel: it depends on F
-    and the network only."""
+    and the network only. The MLP alone: :func:`max_tp_degree_layer` adds attention."""
     c = _chip(chip)
     F = _int("F", F)
     m = _int("matmuls", matmuls)
     k = _int("axes", axes)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
-    w_eff = net.bandwidth * k * _coll.links_per_device(net.topology)
-    n = int(math.floor(1 + m * F * w_eff / (s * c.bf16_flops) + 1e-9))
-    if n == 2 and k == 1:
-        # an axis of 2 chips has one link: the all-reduce gets W, not 2 W
-        w2 = net.bandwidth * _coll.links_per_device(net.topology, 2)
-        n = 2 if m * F * w2 / (s * c.bf16_flops) >= 1 - 1e-9 else 1
-    return n
+    # per token: m matmuls of 2 D F FLOPs; one all-reduce of D s bytes (D cancels)
+    return _largest_tp(m * 2 * F, s, c, net, k)
+
+
+def max_tp_degree_layer(model, chip, *, seq_len: int, causal: bool = True,
+                        which: str = "worse", axes: int = 1, network_kind: str = "ici",
+                        bytes_per_element: float = 2) -> int:
+    """Largest n_tp for which a whole transformer layer (attention and gated MLP, Megatron
+    with sequence parallelism) hides its collectives behind its matmuls, in pass ``which``:
+    "forward", "backward" or "worse" (the smaller of the two, which is the forward's).
+
+    Per token and layer the forward does f = 2 (attention + MLP weights) FLOPs plus the
+    attention scores and values at ``seq_len`` (``models.attention_flops_per_token``,
+    causal by default, as chapter 6 counts them), and sends two all-reduces' worth of
+    [D] activations: an all-gather before and a reduce-scatter after the attention and
+    the MLP, 2 x 2 (n-1)/n D s bytes. The backward does 2 f behind the same collectives
+    (the transposes swap gathers and reduce-scatters). So
+    n <= 1 + f W_eff / (4 D s C) forward, and 1 + 2 f W_eff / (4 D s C) backward."""
+    from .models import get_model
+    cfg = get_model(model)
+    S = _int("seq_len", seq_len)
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be True or False; got {causal!r}")
+    _choice("which (pass)", which, TP_PASSES)
+    c = _chip(chip)
+    k = _int("axes", axes)
+    s = check_positive("bytes_per_element", bytes_per_element)
+    net = network(c, network_kind)
+    f = (2 * (cfg.attention_params_per_layer() + cfg.mlp_params_per_layer())
+         + cfg.attention_flops_per_token(S, causal) / cfg.n_layers)
+    ar = 2 * cfg.d_model * s                     # two all-reduces of D elements per token
+    fwd = _largest_tp(f, ar, c, net, k)
+    bwd = _largest_tp(2 * f, ar, c, net, k)
+    return {"forward": fwd, "backward": bwd, "worse": min(fwd, bwd)}[which]
 
 
 # ------------------------------------------------------------------------------------------
 # 4. FSDP x TP
 # ------------------------------------------------------------------------------------------
 
-def fsdp_tp_layer_times(B: float, D: int, F: int, n_fsdp: int, n_tp: int, chip, *,
-                        network_kind: str = "ici", bytes_per_element: float = 2) -> LayerTimes:
+def _combine(combine, net: Network) -> str:
+    """How the FSDP (X) and TP (Y) collectives of one pass add up: "max" when they run at
+    once on different links (a TPU torus, each degree on its own torus axes), "sum" when
+    they queue on the same links (the pessimistic bound; the only choice on a GPU's
+    NVSwitch or the DCN, where every mesh axis goes through the same ports)."""
+    if combine is None:
+        return "max" if net.topology == "torus" else "sum"
+    _choice("combine", combine, COMBINES)
+    if combine == "max" and net.topology != "torus":
+        raise ValueError(f"combine='max' needs different links for the two axes; on the "
+                         f"{net.name} network ({net.topology}) both axes share the chip's "
+                         f"ports: use combine='sum'")
+    return combine
+
+
+def _two_axes(axes, net: Network) -> tuple:
+    if not isinstance(axes, (tuple, list)) or len(axes) != 2:
+        raise ValueError(f"axes must be a pair (M_X, M_Y): the torus axes the FSDP and the "
+                         f"TP degree each span; got {axes!r}")
+    mx, my = (_int("axes (each of M_X, M_Y)", a) for a in axes)
+    if net.topology != "torus" and (mx, my) != (1, 1):
+        raise ValueError(f"axes={axes!r}: on the {net.name} network ({net.topology}) more "
+                         f"mesh axes add no links; use axes=(1, 1)")
+    return mx, my
+
+
+def fsdp_tp_layer_times(B: float, D: int, F: int, n_fsdp, n_tp, chip, *,
+                        combine: str | None = None, network_kind: str = "ici",
+                        bytes_per_element: float = 2) -> LayerTimes:
     """One MLP block, weights W_in[D_X, F_Y], W_out[F_Y, D_X], activations In[B_X, D]:
-    FSDP over axis X (``n_fsdp`` chips), Megatron TP over axis Y (``n_tp``).
+    FSDP over X (``n_fsdp`` chips, an int or a tuple of torus-axis sizes), Megatron TP
+    over Y (``n_tp``, likewise).
 
     Forward per chip: 4 B D F / (X Y) FLOPs; all-gather the weight shards over X (2 D F s / Y
     bytes gathered) and, over Y, all-gather the input and reduce-scatter the output
-    ([B / X, D] each). The two axes use different links; the collectives are added (they
-    share the chip's time). Backward: twice the FLOPs; the weight gather again plus a
-    reduce-scatter of the gradients over X, and the same TP pair over Y."""
+    ([B / X, D] each). Backward: twice the FLOPs; the weight gather again plus a
+    reduce-scatter of the gradients over X, and the same TP pair over Y. Within an axis
+    the collectives queue; across the two axes ``combine`` says how they add: "max" (the
+    default on a torus: X and Y use different links at once) or "sum" (they share links;
+    the default, and the only choice, on a GPU's NVSwitch or the DCN)."""
     B = check_positive("B (tokens)", B)
     D, F = _int("D", D), _int("F", F)
-    X, Y = _int("n_fsdp", n_fsdp), _int("n_tp", n_tp)
+    x_axes, y_axes = _axes("n_fsdp", n_fsdp), _axes("n_tp", n_tp)
+    X, Y = math.prod(x_axes), math.prod(y_axes)
     check_divides("F", F, Y, "tensor-parallel chips")
     net = network(chip, network_kind)
+    how = max if _combine(combine, net) == "max" else (lambda a, b: a + b)
     s = check_positive("bytes_per_element", bytes_per_element)
     fwd = _rl.compute_time(4 * B * D * F / (X * Y), chip)
-    w_gather = _ctime("all-gather", 2 * D * F * s / Y, X, net)
-    w_rs = _ctime("reduce-scatter", 2 * D * F * s / Y, X, net)
+    w_gather = _ctime("all-gather", 2 * D * F * s / Y, x_axes, net)
+    w_rs = _ctime("reduce-scatter", 2 * D * F * s / Y, x_axes, net)
     act = B * D * s / X
-    tp = _ctime("all-gather", act, Y, net) + _ctime("reduce-scatter", act, Y, net)
-    return LayerTimes("fsdp+tp", fwd, w_gather + tp, 2 * fwd, w_gather + w_rs + tp)
+    tp = _ctime("all-gather", act, y_axes, net) + _ctime("reduce-scatter", act, y_axes, net)
+    return LayerTimes("fsdp+tp", fwd, how(w_gather, tp), 2 * fwd, how(w_gather + w_rs, tp))
 
 
-def optimal_fsdp_degree(B: float, n_chips: int, F: int) -> float:
-    """The FSDP degree that minimises the 2D split's communication, X* = sqrt(B N / F)
-    (large-n limit, each degree on its own axis); N = n_chips, B global tokens."""
+def optimal_fsdp_degree(B: float, n_chips: int, F: int, *, axes=(1, 1)) -> float:
+    """The FSDP degree that minimises the 2D split's communication (large-n limit),
+    X* = sqrt(B N M_X / (F M_Y)); N = n_chips, B global tokens, ``axes`` = (M_X, M_Y) the
+    torus axes the FSDP and TP degrees span (M_X + M_Y = 3 on a whole 3D torus). The
+    same X* for both ways of adding the two axes' collectives (max or sum): it makes the
+    FSDP and TP terms equal."""
     B = check_positive("B (tokens)", B)
     N = _int("n_chips", n_chips)
     F = _int("F", F)
-    return math.sqrt(B * N / F)
+    if not isinstance(axes, (tuple, list)) or len(axes) != 2:
+        raise ValueError(f"axes must be a pair (M_X, M_Y); got {axes!r}")
+    mx, my = (_int("axes (each of M_X, M_Y)", a) for a in axes)
+    return math.sqrt(B * N * mx / (F * my))
 
 
-def fsdp_tp_critical_batch(F: int, chip, *, network_kind: str = "ici",
-                           bytes_per_element: float = 2) -> float:
-    """Tokens per chip above which FSDP x TP at its optimal split is compute-bound (large-n
-    limit, forward pass, the harder one: the backward doubles the FLOPs and the weight
-    collectives but not the TP collectives, so its ratio is lower):
+def fsdp_tp_critical_batch(F: int, chip, *, axes=(1, 1), combine: str | None = None,
+                           network_kind: str = "ici", bytes_per_element: float = 2) -> float:
+    """Tokens per chip above which FSDP x TP at its optimal split is compute-bound
+    (large-n limit, forward pass, the harder one: the backward doubles the FLOPs and the
+    weight collectives but not the TP collectives).
 
-    comm / compute = (s C / (2 W_eff)) (X / B + Y / F), least at X = sqrt(B N / F), where it
-    is (s C / W_eff) sqrt(N / (B F)); so b* = B / N = (s C / W_eff)^2 / F, with W_eff = 2W on
-    a torus axis (W on a ring). Pure FSDP needs s C / (2 W_eff): 2D needs fewer tokens per
-    chip when F > 2 s C / W_eff."""
+    With W_eff = 2 W per torus axis (W on a ring or switch) and ``axes`` = (M_X, M_Y), the
+    torus axes each degree spans, the forward's FSDP and TP terms are
+    T_fsdp / T_math = (s C / (2 W_eff)) X / (B M_X) and T_tp / T_math = (s C / (2 W_eff))
+    Y / (F M_Y). Both are least, together, at X* = sqrt(B N M_X / (F M_Y)), where each is
+    (s C / (2 W_eff)) sqrt(N / (B F M_X M_Y)).
+
+    ``combine="max"`` (default on a torus: the two axes use different links at once): the
+    larger term must be <= 1, so b* = (s C / (2 W_eff))^2 / (F M_X M_Y).
+    ``combine="sum"`` (the terms share links; default on a GPU's NVSwitch or the DCN):
+    their sum, twice one term, must be <= 1, so b* = (s C / W_eff)^2 / (F M_X M_Y), four
+    times more. Pure FSDP on one axis needs s C / (2 W_eff)."""
     c = _chip(chip)
     F = _int("F", F)
     s = check_positive("bytes_per_element", bytes_per_element)
     net = network(c, network_kind)
+    mx, my = _two_axes(axes, net)
+    how = _combine(combine, net)
     w_eff = net.bandwidth * _coll.links_per_device(net.topology)
-    return (s * c.bf16_flops / w_eff) ** 2 / F
+    terms = 1 if how == "max" else 2               # the max of two equal terms, or their sum
+    return (terms * s * c.bf16_flops / (2 * w_eff)) ** 2 / (F * mx * my)
 
 
 def best_2d_split(B: float, D: int, F: int, n_chips: int, chip, **kw) -> TwoDPlan:
@@ -521,11 +638,14 @@ def check_pipeline(n_layers: int, n_stages: int) -> int:
     return check_divides("n_layers", L, P, "pipeline stages")
 
 
-def bubble_fraction(n_stages: int, n_microbatches: int) -> float:
-    """Idle fraction of a GPipe or 1F1B pipeline: (P - 1) / (N_mb + P - 1)."""
+def bubble_fraction(n_stages: int, n_microbatches: int, interleave: int = 1) -> float:
+    """Idle fraction of a GPipe or 1F1B pipeline: (P - 1) / (N_mb + P - 1). With an
+    interleaved schedule of ``interleave`` = v virtual stages per chip the fill and drain
+    shrink v-fold: (P - 1) / (v N_mb + P - 1)."""
     P = _int("n_stages", n_stages)
     M = _int("n_microbatches", n_microbatches)
-    return (P - 1) / (M + P - 1)
+    v = _int("interleave", interleave)
+    return (P - 1) / (v * M + P - 1)
 
 
 def pipeline_schedule(n_stages: int, n_microbatches: int, kind: str = "gpipe") -> Schedule:

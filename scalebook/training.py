@@ -16,42 +16,65 @@ one ring (a bidirectional torus ring on a TPU) by
 :func:`scalebook.collectives.collective_time`; a real slice can lay a big axis over two or
 three torus dimensions and go faster, so the times are upper bounds for TPUs.
 
-Per step and per chip, with B global tokens, b_copy = B / (n_dp n_fsdp) tokens per model
-copy (not the b = B / n of the notation page), N parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stage:
+Per chip, with B global tokens, b_copy = B / (n_dp n_fsdp) tokens per model copy (not the
+b = B / n of the notation page), N_mb microbatches of b_mb = b_copy / N_mb tokens, N
+parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stage, the step
+is timed pass by pass (the model of How to Scale Your Model's training chapter):
 
-* compute: training FLOPs per token (models.training_flops_per_token, causal attention)
-  x B / n_chips, x 4/3 on the layers with full rematerialisation, at peak FLOP/s, divided
-  by (1 - bubble) (parallelism.bubble_fraction) and by L / (n_pp L_p) (uneven stages);
-* fsdp: for each of the N_mb microbatches, all-gather the stage's weights N s / (n_tp n_pp)
-  twice (forward and backward) and reduce-scatter the gradients once (ZeRO-3's default);
-* tp: per layer and microbatch 2 all-gathers and 2 reduce-scatters of the activations
-  [b_copy / N_mb, D] in the forward, the same in the backward (and again in a rematerialised
-  forward);
-* pp: per microbatch a stage sends its output forward and the gradient back,
-  collective-permutes of [b_copy / N_mb / n_tp, D];
-* dp: one all-reduce of each chip's gradient shard N s / (n_tp n_pp n_fsdp).
+* each pass of one microbatch on one stage has its compute (its share of the training
+  FLOPs per token, models.training_flops_per_token, causal attention, at peak FLOP/s; the
+  backward pass is twice the forward, plus the recomputed forward of the layers under full
+  rematerialisation) and its collectives;
+* tp: per layer 2 all-gathers and 2 reduce-scatters of the activations [b_mb, D] in the
+  forward (attention and MLP, Megatron with sequence parallelism), the same in the backward
+  (and again in a rematerialised forward). They are *exposed* by default: a layer's matmul
+  waits for its gathered input. ``tp_overlap=True`` assumes a collective matmul (chapter 10)
+  that hides them behind the matmuls, at best;
+* fsdp: per microbatch, the stage's weights N s / (n_tp n_pp) are all-gathered in the forward
+  and again in the backward, and the gradients reduce-scattered (ZeRO-3), prefetched behind
+  the pass's compute; ``keep_weights=True`` gathers them once per step and keeps them (the
+  LLaMA-3 run: no resharding after the forward), at the memory of a gathered stage and its
+  gradients;
+* pp: per microbatch a stage sends its output forward and its gradient back
+  (collective-permutes of [b_mb / n_tp, D]), ``interleave`` times with an interleaved
+  schedule of that many virtual stages per chip;
+* a pass takes max(compute + exposed TP, the collectives of each network): those on one
+  network queue behind each other, different networks run at once;
+* the step is the pipeline's: (N_mb + (n_pp - 1) / interleave) x (forward + backward pass),
+  every stage idle in the bubble (n_pp - 1) / (interleave N_mb + n_pp - 1) of the time
+  (parallelism.bubble_fraction for interleave 1), plus whatever of the once-per-step
+  collectives outlasts the last backward pass they overlap: the dp all-reduce of each chip's
+  gradient shard N s / (n_tp n_pp n_fsdp) (ZeRO-1 or 2 on the dp axis,
+  ``zero=1`` or ``2``: a reduce-scatter and an all-gather of the same bytes) and, with kept
+  weights, the fsdp reduce-scatter (and, in the first forward pass, the all-gather);
+* on a GPU, a collective over a group that spans nodes runs in two levels: within each
+  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC
+  (chapter 5's hierarchical collective).
 
-Collectives overlap the compute (chapter 5's model); those on the same network queue behind
-each other, so the step takes max(compute, ICI total, DCN total) and the bound is the
-largest of the three. Memory per chip: parallelism.training_memory_per_chip for the
-N / (n_tp n_pp) parameters of one stage over n_fsdp chips (ZeRO-3), plus the FSDP buffer
-(two gathered layers, bf16), plus activations (models.activation_bytes_per_token, per
-microbatch, split over tp and the stage's layers, times the microbatches in flight of
+The bound is the largest of the compute, the bubble and each network's exposed time. Memory
+per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
+stage over n_fsdp chips (ZeRO-3; the fp32 master weights and Adam moments, and with
+``zero=2`` the gradients, also over n_dp), plus the FSDP buffer (two gathered layers, bf16;
+with kept weights the whole gathered stage and its bf16 gradients instead), plus
+activations (models.activation_bytes_per_token, per microbatch, split over tp and the
+stage's layers, times the microbatches in flight of
 parallelism.pipeline_activation_microbatches). A plan fits when the total is at most
 ``hbm_fraction`` of the chip's HBM (default 0.9: the rest for the compiler's temporaries).
 
 The search tries every (n_tp, n_pp, n_fsdp, n_dp, remat) that divides the chips and the
-model (TP within one fast domain), with the fewest microbatches that fit, keeps those that
-fit, and picks the shortest step; among equal steps (compute-bound ones tie), the one whose
-busiest network has the most slack, then the least memory. A
+model (TP within one fast domain), every microbatch count that fits, keeps those that fit,
+and picks the shortest step; among equal steps, the least memory. The options (tp_overlap,
+keep_weights, zero, interleave) are the caller's: the search uses what it is given. A
 configuration that cannot fit raises :class:`InfeasiblePlan`, which says by how much and
 what would fit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 from . import collectives as _coll
@@ -66,12 +89,16 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "TrainingPlan", "Infeasib
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
            "train_specs", "init_adam", "adam_train_step"]
 
-REMAT = ("none", "full")
+REMAT = ("none", "selective", "full")
+AXES = ("tp", "cp", "fsdp", "pp", "dp")     # mesh axes, innermost first
 DEFAULT_HBM_FRACTION = 0.9
 # An achieved MFU to quote beside a plan's bound: well-tuned large runs report 38-43%
 # (LLaMA-3 405B, Table 4 of the LLaMA-3 paper). An assumption, not a measurement.
 ASSUMED_MFU = 0.40
 _DAY = 86_400.0
+# Tokens per chip per step past which a plan is flagged: 2**20, some 500 times LLaMA-3
+# 405B's (16M tokens on 8,192 GPUs), a step of minutes.
+_MAX_TOKENS_PER_CHIP = 2**20
 
 
 class InfeasiblePlan(ValueError):
@@ -89,19 +116,22 @@ class InfeasiblePlan(ValueError):
 
 @dataclass(frozen=True)
 class Degrees:
-    """Parallel degrees; their product is the number of chips."""
+    """Parallel degrees; their product is the number of chips. ``cp`` (context
+    parallelism) splits each sequence; it is 1 unless asked for."""
 
     tp: int
     fsdp: int
     pp: int
     dp: int
+    cp: int = 1
 
     @property
     def n_chips(self) -> int:
-        return self.tp * self.fsdp * self.pp * self.dp
+        return self.tp * self.cp * self.fsdp * self.pp * self.dp
 
     def __str__(self) -> str:
-        return f"TP {self.tp} x FSDP {self.fsdp} x PP {self.pp} x DP {self.dp}"
+        cp = f" x CP {self.cp}" if self.cp > 1 else ""
+        return f"TP {self.tp}{cp} x FSDP {self.fsdp} x PP {self.pp} x DP {self.dp}"
 
 
 @dataclass(frozen=True)
@@ -128,14 +158,59 @@ class Memory:
 
 @dataclass(frozen=True)
 class Collective:
-    """One scheme's collectives in a step: ``seconds`` per step on ``network``."""
+    """One scheme's collectives in a step: ``count`` of them of ``nbytes`` each (in
+    collective_time's convention), ``seconds`` their summed time per step on ``network``,
+    whether or not it is hidden behind the compute."""
 
     axis: str
     kind: str
     network: str
     seconds: float
     count: int
-    nbytes: float          # per collective, in collective_time's convention
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """One pass (forward or backward) of one microbatch on one stage, in seconds.
+
+    ``compute``: at peak FLOP/s. ``exposed``: {network: seconds} of collectives on the
+    critical path (tensor- and context-parallel ones that a matmul waits for).
+    ``networks``: {network: seconds} of every collective of the pass, exposed ones
+    included; those on one network queue behind each other, beside the compute."""
+
+    compute: float
+    exposed: dict
+    networks: dict
+
+    @property
+    def critical(self) -> float:
+        """Compute plus the exposed collectives."""
+        return self.compute + sum(self.exposed.values())
+
+    @property
+    def seconds(self) -> float:
+        return max([self.critical] + list(self.networks.values()))
+
+    @property
+    def limit(self) -> str:
+        """What sets the pass: "compute" (with its exposed collectives), or the network
+        whose collectives take longer than that."""
+        worst = max(self.networks, key=self.networks.get, default=None)
+        if worst is None or self.networks[worst] <= self.critical:
+            return "compute"
+        return worst
+
+    def parts(self) -> dict:
+        """The pass split into "compute" and each network's share beyond it; adds up to
+        :attr:`seconds`."""
+        out = {"compute": self.compute}
+        if self.limit == "compute":
+            for net, sec in self.exposed.items():
+                out[net] = out.get(net, 0.0) + sec
+        else:
+            out[self.limit] = self.seconds - self.compute
+        return out
 
 
 @dataclass(frozen=True)
@@ -154,8 +229,8 @@ class TrainingPlan:
     memory: Memory
     hbm_bytes: float
     hbm_fraction: float
-    compute_seconds: float
-    bubble: float
+    forward: PassTime
+    backward: PassTime
     collectives: tuple
     model_flops_per_step: float
     peak_flops: float
@@ -164,6 +239,12 @@ class TrainingPlan:
     considered: int = 0
     notes: tuple = field(default=())
     fast_network: str = "ici"        # "nvlink" on a GPU
+    step_start: dict = field(default_factory=dict)  # kept weights: the one all-gather
+    step_end: dict = field(default_factory=dict)    # once-per-step collectives, per network
+    tp_overlap: bool = False
+    keep_weights: bool = False
+    zero: int = 0
+    interleave: int = 1
 
     @property
     def n_chips(self) -> int:
@@ -174,29 +255,69 @@ class TrainingPlan:
         return self.memory.total <= self.hbm_fraction * self.hbm_bytes
 
     def comm_seconds(self, network: str) -> float:
-        """Seconds per step of all collectives on ``network`` ("ici"/"nvlink", "dcn")."""
+        """Seconds per step of all collectives on ``network`` ("ici"/"nvlink", "dcn"),
+        hidden behind the compute or not."""
         return sum(c.seconds for c in self.collectives if c.network == network)
 
     @property
-    def step_seconds(self) -> float:
-        """max(compute, each network's collectives): full overlap within the step."""
-        return max([self.compute_seconds] + [self.comm_seconds(n) for n in self._nets()])
+    def bubble(self) -> float:
+        """Fraction of the step each stage idles in the pipeline's fill and drain:
+        (P - 1) / (v N_mb + P - 1) with v the interleave."""
+        if self.degrees.pp == 1:
+            return 0.0
+        return _par.bubble_fraction(self.degrees.pp, self.microbatches, self.interleave)
 
-    def _nets(self):
-        return sorted({c.network for c in self.collectives})
+    @property
+    def slots(self) -> float:
+        """(forward + backward) pass times on the pipeline's critical path:
+        N_mb + (P - 1) / v."""
+        return self.microbatches + (self.degrees.pp - 1) / self.interleave
+
+    @property
+    def pass_pair_seconds(self) -> float:
+        return self.forward.seconds + self.backward.seconds
+
+    @property
+    def step_seconds(self) -> float:
+        """slots x (forward + backward pass), plus what the once-per-step collectives add
+        beyond the pass they overlap (the first forward, the last backward)."""
+        return (self.slots * self.pass_pair_seconds
+                + _edge(self.step_start, self.forward)
+                + _edge(self.step_end, self.backward))
+
+    @property
+    def compute_seconds(self) -> float:
+        """The step's compute at peak, without the bubble: N_mb x (forward + backward)."""
+        return self.microbatches * (self.forward.compute + self.backward.compute)
+
+    @property
+    def breakdown(self) -> dict:
+        """The step split into where its time goes: "compute", "bubble" (the fill and
+        drain, (P - 1) / v pass pairs) and each network ("ici"/"nvlink", "dcn") for its
+        exposed collectives; the values add up to :attr:`step_seconds`."""
+        M = self.microbatches
+        out = {"compute": 0.0, "bubble": (self.slots - M) * self.pass_pair_seconds}
+        for pt in (self.forward, self.backward):
+            for k, v in pt.parts().items():
+                out[k] = out.get(k, 0.0) + M * v
+        for extra, pt in ((self.step_start, self.forward), (self.step_end, self.backward)):
+            e = _edge(extra, pt)
+            if e:
+                net = max(extra, key=extra.get)
+                out[net] = out.get(net, 0.0) + e
+        return out
 
     @property
     def bound(self) -> str:
-        """"compute", or the network ("ici", "nvlink", "dcn") whose collectives set the step."""
-        worst = max(self._nets(), key=self.comm_seconds, default=None)
-        if worst is None or self.comm_seconds(worst) <= self.compute_seconds:
-            return "compute"
-        return worst
+        """What takes the largest part of the step: "compute", "bubble", or the network
+        ("ici", "nvlink", "dcn") whose exposed collectives do."""
+        parts = self.breakdown
+        return max(parts, key=parts.get)
 
     @property
     def comm_ratio(self) -> float:
-        """The busiest network's collective seconds over the compute seconds (< 1: slack)."""
-        return max([0.0] + [self.comm_seconds(n) for n in self._nets()]) / self.compute_seconds
+        """Exposed communication and bubble over the compute (0: all hidden)."""
+        return self.step_seconds / self.compute_seconds - 1
 
     @property
     def mfu(self) -> float:
@@ -236,13 +357,25 @@ class TrainingPlan:
         """Dollars at the chip's listed price per chip-hour; None when it has none."""
         return None if self.price_per_hour is None else self.chip_hours * self.price_per_hour
 
+    def options(self) -> list:
+        """The plan's options, in words."""
+        return [o for o, on in (("TP overlapped (collective matmul)", self.tp_overlap),
+                                ("weights kept gathered", self.keep_weights),
+                                (f"ZeRO-{self.zero} on dp", self.zero),
+                                (f"interleave {self.interleave}", self.interleave > 1)) if on]
+
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
         lines = [f"{self.model} on {self.n_chips} x {self.chip}: {d}, "
                  f"{self.microbatches} microbatch(es), remat {self.remat}"]
         if self.considered:
             lines.append(f"  (the fastest of {self.considered} configurations that fit)")
-        for axis in ("tp", "fsdp", "pp", "dp"):
+        opts = self.options()
+        if opts:
+            lines.append("  options: " + ", ".join(opts))
+        for axis in AXES:
+            if axis == "cp" and d.cp == 1:
+                continue
             net = self.networks[axis]
             net = self.fast_network if net == "ici" else net
             lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {net:<6}  "
@@ -253,8 +386,18 @@ class TrainingPlan:
         parts = [f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in m.as_dict().items()]
         lines.append("    " + ", ".join(parts[:4]))
         lines.append("    " + ", ".join(parts[4:]))
-        lines.append(f"  step {fmt_time(self.step_seconds)}: compute "
-                     f"{fmt_time(self.compute_seconds)} (bubble {self.bubble:.1%})")
+        lines.append(f"  step {fmt_time(self.step_seconds)} = "
+                     + " + ".join(f"{k} {fmt_time(v)}" for k, v in self.breakdown.items()
+                                  if v > 0))
+        for name, pt in (("forward", self.forward), ("backward", self.backward)):
+            exp = "".join(f" + {k} {fmt_time(v)} exposed" for k, v in pt.exposed.items())
+            nets = ", ".join(f"{k} {fmt_time(v)}" for k, v in pt.networks.items())
+            lines.append(f"    {name} pass {fmt_time(pt.seconds)}: compute "
+                         f"{fmt_time(pt.compute)}{exp}" + (f"; all on {nets}" if nets else ""))
+        if d.pp > 1:
+            lines.append(f"    x {self.microbatches} microbatches + {d.pp - 1}"
+                         + (f"/{self.interleave}" if self.interleave > 1 else "")
+                         + f" in the fill and drain (bubble {self.bubble:.1%})")
         for c in self.collectives:
             if c.count:
                 lines.append(f"    {c.axis:<4} {c.kind:<18} x{c.count:<5} on {c.network:<6} "
@@ -272,6 +415,12 @@ class TrainingPlan:
                      + ("" if at is None else f", ${sci(at)}"))
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def _edge(extra: dict, pass_time: PassTime) -> float:
+    """Seconds a once-per-step set of collectives outlasts the pass it overlaps."""
+    worst = max(extra.values(), default=0.0)
+    return max(0.0, worst - pass_time.seconds)
 
 
 # ------------------------------------------------------------------------------------------
@@ -314,68 +463,214 @@ def _layout(chip, deg: Degrees):
     n = deg.n_chips
     inner = 1
     nets = {}
-    for axis in ("tp", "fsdp", "pp", "dp"):
+    for axis in AXES:
         k = getattr(deg, axis)
         inner *= k
         nets[axis] = _net_of(chip, inner, n) if k > 1 else "-"
     return nets
 
 
-def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str) -> Memory:
+def _inner_before(deg: Degrees) -> dict:
+    """Each axis's stride: the product of the axes inside it (tp innermost)."""
+    out, inner = {}, 1
+    for axis in AXES:
+        out[axis] = inner
+        inner *= getattr(deg, axis)
+    return out
+
+
+def _activation_per_token(c: TransformerConfig, remat: str) -> float:
+    """Activation bytes per token of the whole model (bf16) under ``remat``."""
+    if remat == "selective":
+        # each layer keeps what dots_with_no_batch_dims_saveable keeps; one layer's full
+        # set is alive while it is recomputed; the head as in the other policies
+        per_layer = c.saved_values_per_layer_per_token("weight_dots")
+        head = 2 * c.d_model + c.vocab_size
+        return 2 * (c.n_layers * per_layer + c.activation_elements_per_layer_per_token()
+                    + head)
+    return c.activation_bytes_per_token(remat=(remat == "full"))
+
+
+def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str,
+            zero: int = 0, keep_weights: bool = False) -> Memory:
     N = c.num_params()
     L_p = math.ceil(c.n_layers / deg.pp)
     stage_params = N / (deg.tp * deg.pp)
     st = _par.training_memory_per_chip(stage_params, deg.fsdp, 3)
-    buffer = 2 * 2 * c.params_per_layer() / deg.tp if deg.fsdp > 1 else 0.0
-    per_token = c.activation_bytes_per_token(remat=(remat == "full"))
+    grads, master, opt = st.gradients, st.master_weights, st.optimizer
+    if zero >= 1:                        # ZeRO-1/2 on the dp axis: shard over dp as well
+        master, opt = master / deg.dp, opt / deg.dp
+    if zero >= 2:
+        grads = grads / deg.dp
+    if keep_weights and deg.fsdp > 1:    # the rest of the gathered stage, and its gradients
+        buffer = 2 * 2 * stage_params * (deg.fsdp - 1) / deg.fsdp
+    else:
+        buffer = 2 * 2 * c.params_per_layer() / deg.tp if deg.fsdp > 1 else 0.0
+    per_token = _activation_per_token(c, remat)
     in_flight = (_par.pipeline_activation_microbatches(deg.pp, M, "1f1b") if deg.pp > 1 else 1)
     # the layer part is split over the stage's layers; the head sits on one stage.
     head = (2 * c.d_model + c.vocab_size) * 2
     layers = (per_token - head) * L_p / c.n_layers
-    act = (layers * in_flight + head) * b_mb / deg.tp
-    return Memory(st.weights, st.gradients, st.master_weights, st.optimizer, buffer, act)
+    act = (layers * in_flight + head) * b_mb / (deg.tp * deg.cp)
+    return Memory(st.weights, grads, master, opt, buffer, act)
 
 
-def _collectives(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int,
-                 M: int, remat: str) -> tuple:
+def _timer(chip: Chip, deg: Degrees, nets: dict):
+    """seconds(kind, nbytes, axis): one collective over a mesh axis. On a GPU, an axis whose
+    group spans nodes but also has several GPUs in each node runs in two levels: over NVLink
+    inside the node, then 1/local of the bytes between nodes (each GPU on its own NIC)."""
+    stride = _inner_before(deg)
+    node = chip.ici_domain_chips or deg.n_chips
+    fast = _par.network(chip, "ici")
+    slow = _par.network(chip, "dcn") if "dcn" in nets.values() else None
+    cache = {}
+
+    def seconds(kind, nbytes, axis):
+        key = (kind, nbytes, axis)
+        if key in cache:
+            return cache[key]
+        k = getattr(deg, axis)
+        if nets[axis] != "dcn":
+            t = _coll.collective_time(kind, nbytes, k, bandwidth=fast.bandwidth,
+                                      topology=fast.topology)
+        else:
+            local = max(1, min(k, node // stride[axis])) if chip.vendor == "NVIDIA" else 1
+            if local == 1 or kind == "collective-permute" or k % local:
+                t = _coll.collective_time(kind, nbytes, k, bandwidth=slow.bandwidth,
+                                          topology=slow.topology)
+            else:
+                t = (_coll.collective_time(kind, nbytes, local, bandwidth=fast.bandwidth,
+                                           topology=fast.topology)
+                     + _coll.collective_time(kind, nbytes / local, k // local,
+                                             bandwidth=slow.bandwidth, topology=slow.topology))
+        cache[key] = t
+        return t
+    return seconds
+
+
+def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
+    """Forward FLOPs per token recomputed in the backward pass: every layer's forward
+    under "full", the attention matmuls under "selective" (the weight matmuls' outputs are
+    kept), none under "none"."""
+    if remat == "full":
+        return c.forward_flops_per_token(S, causal=True) - 2 * c.param_breakdown().output_head
+    if remat == "selective":
+        return c.attention_flops_per_token(S, causal=True)
+    return 0.0
+
+
+def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, S: int,
+            M: int, remat: str, tp_overlap: bool, keep_weights: bool, zero: int,
+            interleave: int):
+    """(forward PassTime, backward PassTime, step_start, step_end, collectives per step)."""
     s = 2
     N = c.num_params()
     L_p = math.ceil(c.n_layers / deg.pp)
-    b = B / (deg.dp * deg.fsdp)
-    b_mb = b / M
-    out = []
-
-    def t(kind, nbytes, n, net):
-        w = _par.network(chip, "dcn" if net == "dcn" else "ici")
-        return _coll.collective_time(kind, nbytes, n, bandwidth=w.bandwidth, topology=w.topology)
+    b_mb = B / (deg.dp * deg.fsdp) / M            # tokens of one microbatch of one copy
+    t = _timer(chip, deg, nets)
+    gpu = chip.vendor == "NVIDIA"
 
     def netname(axis):
         net = nets[axis]
-        return "nvlink" if net == "ici" and chip.vendor == "NVIDIA" else net
+        return "nvlink" if net == "ici" and gpu else net
+
+    # compute of one microbatch on one stage (the heaviest: ceil(L / P) layers)
+    imbalance = deg.pp * L_p / c.n_layers
+    share = B / deg.n_chips * imbalance / M      # tokens' worth of work per chip per pass
+    fwd = c.forward_flops_per_token(S, causal=True) * share
+    extra = _remat_flops_per_token(c, S, remat) * share
+    peak = chip.bf16_flops
+    comp_f, comp_b = fwd / peak, (2 * fwd + extra) / peak
+
+    f_nets, b_nets, start, end = {}, {}, {}, {}
+    f_exp, b_exp = {}, {}
+    colls = []
+    again = remat in ("full", "selective")       # layers re-run (part of) their forward
+
+    def add(d, net, sec):
+        if sec:
+            d[net] = d.get(net, 0.0) + sec
 
     if deg.tp > 1:
-        act = b_mb * c.d_model * s
-        per = 4 + (2 if remat == "full" else 0)       # per layer: fwd 2, bwd 2, remat fwd 2
-        n = per * L_p * M
-        out.append(Collective("tp", "all-gather", netname("tp"),
-                              n * t("all-gather", act, deg.tp, nets["tp"]), n, act))
-        out.append(Collective("tp", "reduce-scatter", netname("tp"),
-                              n * t("reduce-scatter", act, deg.tp, nets["tp"]), n, act))
+        act = b_mb / deg.cp * c.d_model * s
+        pair = t("all-gather", act, "tp") + t("reduce-scatter", act, "tp")
+        n_f = 2 * L_p                             # attention and MLP, one pair each
+        n_b = 2 * L_p + (2 * L_p if remat == "full" else 0)
+        f_tp, b_tp = n_f * pair, n_b * pair
+        net = netname("tp")
+        add(f_nets, net, f_tp)
+        add(b_nets, net, b_tp)
+        if tp_overlap:      # collective matmul (chapter 10): one chunk of n_tp is not hidden
+            hide = (deg.tp - 1) / deg.tp
+            add(f_exp, net, max(0.0, f_tp - hide * comp_f))
+            add(b_exp, net, max(0.0, b_tp - hide * comp_b))
+        else:
+            add(f_exp, net, f_tp)
+            add(b_exp, net, b_tp)
+        n = (n_f + n_b) * M
+        colls.append(Collective("tp", "all-gather", net, n * t("all-gather", act, "tp"),
+                                n, act))
+        colls.append(Collective("tp", "reduce-scatter", net,
+                                n * t("reduce-scatter", act, "tp"), n, act))
+    if deg.cp > 1:
+        # all-gather-based context parallelism (the LLaMA-3 run): each layer gathers the
+        # keys and values of the whole sequence; the backward gathers them again and
+        # reduce-scatters their gradients. The attention waits for them: exposed.
+        kv = b_mb * 2 * c.kv_dim * s / min(deg.tp, c.n_kv_heads)
+        ag, rs = t("all-gather", kv, "cp"), t("reduce-scatter", kv, "cp")
+        net = netname("cp")
+        add(f_nets, net, L_p * ag)
+        add(b_nets, net, L_p * (ag + rs))
+        add(f_exp, net, L_p * ag)
+        add(b_exp, net, L_p * (ag + rs))
+        colls.append(Collective("cp", "all-gather", net, 2 * L_p * M * ag, 2 * L_p * M, kv))
+        colls.append(Collective("cp", "reduce-scatter", net, L_p * M * rs, L_p * M, kv))
     if deg.fsdp > 1:
         w = N * s / (deg.tp * deg.pp)
-        out.append(Collective("fsdp", "all-gather", netname("fsdp"),
-                              2 * M * t("all-gather", w, deg.fsdp, nets["fsdp"]), 2 * M, w))
-        out.append(Collective("fsdp", "reduce-scatter", netname("fsdp"),
-                              M * t("reduce-scatter", w, deg.fsdp, nets["fsdp"]), M, w))
+        ag, rs = t("all-gather", w, "fsdp"), t("reduce-scatter", w, "fsdp")
+        net = netname("fsdp")
+        if keep_weights:
+            add(start, net, ag)
+            add(end, net, rs)
+            colls.append(Collective("fsdp", "all-gather", net, ag, 1, w))
+            colls.append(Collective("fsdp", "reduce-scatter", net, rs, 1, w))
+        else:
+            add(f_nets, net, ag)
+            add(b_nets, net, ag + rs)
+            colls.append(Collective("fsdp", "all-gather", net, 2 * M * ag, 2 * M, w))
+            colls.append(Collective("fsdp", "reduce-scatter", net, M * rs, M, w))
     if deg.pp > 1:
-        a = b_mb * c.d_model * s / deg.tp
-        out.append(Collective("pp", "collective-permute", netname("pp"),
-                              2 * M * t("collective-permute", a, deg.pp, nets["pp"]), 2 * M, a))
+        a = b_mb / deg.cp * c.d_model * s / deg.tp
+        perm = interleave * t("collective-permute", a, "pp")
+        net = netname("pp")
+        add(f_nets, net, perm)
+        add(b_nets, net, perm)
+        n = 2 * M * interleave
+        colls.append(Collective("pp", "collective-permute", net,
+                                n * t("collective-permute", a, "pp"), n, a))
+    g = N * s / (deg.tp * deg.pp * deg.fsdp)      # each chip's gradient shard
+    if deg.cp > 1:      # the cp ranks saw different tokens: sum their gradients
+        ar = t("all-reduce", g, "cp")
+        add(end, netname("cp"), ar)
+        colls.append(Collective("cp", "all-reduce", netname("cp"), ar, 1, g))
     if deg.dp > 1:
-        g = N * s / (deg.tp * deg.pp * deg.fsdp)
-        out.append(Collective("dp", "all-reduce", netname("dp"),
-                              t("all-reduce", g, deg.dp, nets["dp"]), 1, g))
-    return tuple(out)
+        net = netname("dp")
+        if zero:
+            rs, ag = t("reduce-scatter", g, "dp"), t("all-gather", g, "dp")
+            if zero >= 2:   # gradients sharded: reduce-scatter each microbatch's
+                add(b_nets, net, rs)
+                colls.append(Collective("dp", "reduce-scatter", net, M * rs, M, g))
+                add(end, net, ag)
+            else:
+                add(end, net, rs + ag)
+                colls.append(Collective("dp", "reduce-scatter", net, rs, 1, g))
+            colls.append(Collective("dp", "all-gather", net, ag, 1, g))
+        else:
+            sec = t("all-reduce", g, "dp")
+            colls.append(Collective("dp", "all-reduce", net, sec, 1, g))
+            add(end, net, sec)
+    return (PassTime(comp_f, f_exp, f_nets), PassTime(comp_b, b_exp, b_nets),
+            start, end, tuple(colls))
 
 
 def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
@@ -383,18 +678,25 @@ def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
     r["tp"] = ("fixed by the caller" if "tp" in fixed else
                "splits heads and F; activations move every layer"
                if deg.tp > 1 else "not needed: FSDP and the batch carry the chips")
+    r["cp"] = ("fixed by the caller" if "cp" in fixed else
+               "splits each sequence; keys and values gathered every layer"
+               if deg.cp > 1 else "not used")
     r["fsdp"] = ("fixed by the caller" if "fsdp" in fixed else
-                 "shards weights, gradients, Adam state; gathers per microbatch" if deg.fsdp > 1 else "not used")
+                 "shards weights, gradients, Adam state" if deg.fsdp > 1 else "not used")
     r["pp"] = ("fixed by the caller" if "pp" in fixed else
                "splits the layers; sends activations between stages"
                if deg.pp > 1 else "not needed: state and activations fit without it")
     r["dp"] = ("fixed by the caller" if "dp" in fixed else
-               "replicas; one gradient all-reduce per step"
+               "replicas; one gradient reduction per step"
                if deg.dp > 1 else "not used")
     return r
 
 
 def _check_model_chip(model, chip):
+    if type(model).__name__ == "MoEConfig":
+        raise ValueError(f"the training planner plans dense models; {model.name!r} is a "
+                         f"mixture of experts (MoEConfig), which it does not plan yet: "
+                         f"price its layers with parallelism.moe_layer_times")
     c = get_model(model)
     ch = get_chip(chip)
     return c, ch
@@ -409,29 +711,87 @@ def _check_batch(c, B, S):
     return B, S
 
 
-def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
+def _check_options(remat, zero, interleave, hbm_fraction):
+    if remat not in REMAT:
+        raise ValueError(f"remat must be one of {REMAT}; got {remat!r}")
+    if zero not in (0, 1, 2) or isinstance(zero, bool):
+        raise ValueError(f"zero must be 0, 1 or 2 (the ZeRO stage on the dp axis; FSDP is "
+                         f"stage 3); got {zero!r}")
+    interleave = _int("interleave", interleave)
+    f = check_positive("hbm_fraction", hbm_fraction)
+    if f > 1:
+        raise ValueError(f"hbm_fraction must be at most 1; got {f}")
+    return interleave, f
+
+
+def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleave, f,
+           train_tokens, fixed, considered, mem=None) -> TrainingPlan:
+    """A plan from checked inputs."""
+    nets = _layout(ch, deg)
+    if mem is None:
+        mem = _memory(c, deg, B / (deg.dp * deg.fsdp) / M, M, remat, zero, keep_weights)
+    fwd, bwd, start, end, colls = _passes(c, ch, deg, nets, B, S, M, remat, tp_overlap,
+                                          keep_weights, zero, interleave)
+    L_p = math.ceil(c.n_layers / deg.pp)
+    imbalance = deg.pp * L_p / c.n_layers
+    notes = []
+    if imbalance > 1:
+        notes.append(f"{c.n_layers} layers over {deg.pp} stages: {L_p} per stage, "
+                     f"{imbalance - 1:.1%} idle on the lighter stages")
+    per_chip = B / deg.n_chips
+    if per_chip > _MAX_TOKENS_PER_CHIP:
+        msg = (f"{B:,} tokens per step is {per_chip:,.0f} per chip: far beyond what "
+               f"large runs use (LLaMA-3 405B: 16M tokens on 8,192-16,384 GPUs, about "
+               f"2,000 per GPU); the optimiser would update once every "
+               f"{fmt_time(per_chip * c.training_flops_per_token(S, True) / ch.bf16_flops)}"
+               f" or more")
+        notes.append(msg)
+    return TrainingPlan(
+        model=c.name, chip=ch.name, degrees=deg, networks=nets,
+        reasons=_reasons(c, ch, deg, nets, fixed or {}), global_batch_tokens=B, seq_len=S,
+        microbatches=M, remat=remat, memory=mem, hbm_bytes=ch.hbm_bytes, hbm_fraction=f,
+        forward=fwd, backward=bwd, collectives=colls,
+        model_flops_per_step=c.training_flops_per_token(S, causal=True) * B,
+        peak_flops=ch.bf16_flops, train_tokens=train_tokens,
+        price_per_hour=ch.price_per_hour, considered=considered, notes=tuple(notes),
+        fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici",
+        step_start=start, step_end=end, tp_overlap=bool(tp_overlap),
+        keep_weights=bool(keep_weights and deg.fsdp > 1), zero=zero if deg.dp > 1 else 0,
+        interleave=interleave)
+
+
+def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, cp: int = 1,
                   global_batch_tokens: int, seq_len: int, microbatches: int = 1,
-                  remat: str = "none", train_tokens: float = 15e12,
+                  remat: str = "none", tp_overlap: bool = False, keep_weights: bool = False,
+                  zero: int = 0, interleave: int = 1, train_tokens: float = 15e12,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, _fixed=None,
                   _considered: int = 0) -> TrainingPlan:
     """The plan for one given configuration (it may not fit: see ``plan.fits``).
 
-    Refuses degrees that do not divide the model (heads, F, layers) or the batch (whole
-    sequences per data shard and per microbatch)."""
+    ``remat``: "none", "selective" (keep the weight matmuls' outputs, recompute the
+    attention) or "full"; ``tp_overlap``: hide the TP collectives behind the matmuls with a
+    collective matmul (at best; default: exposed); ``keep_weights``: gather the FSDP
+    weights once per step and keep them; ``zero``: 0, 1 or 2, the ZeRO stage of the dp
+    axis; ``interleave``: virtual pipeline stages per chip; ``cp``: context parallelism.
+    Refuses degrees that do not divide the model (heads, F, layers), the sequence (cp) or
+    the batch (whole sequences per data shard and per microbatch)."""
     c, ch = _check_model_chip(model, chip)
     B, S = _check_batch(c, global_batch_tokens, seq_len)
-    deg = Degrees(_int("tp", tp), _int("fsdp", fsdp), _int("pp", pp), _int("dp", dp))
+    deg = Degrees(_int("tp", tp), _int("fsdp", fsdp), _int("pp", pp), _int("dp", dp),
+                  _int("cp", cp))
     M = _int("microbatches", microbatches)
-    if remat not in REMAT:
-        raise ValueError(f"remat must be one of {REMAT}; got {remat!r}")
-    f = check_positive("hbm_fraction", hbm_fraction)
-    if f > 1:
-        raise ValueError(f"hbm_fraction must be at most 1; got {f}")
+    interleave, f = _check_options(remat, zero, interleave, hbm_fraction)
     if not _tp_ok(c, deg.tp):
         raise ValueError(f"tp={deg.tp} must divide n_heads={c.n_heads}, d_ff={c.d_ff} and "
                          f"d_model={c.d_model} of {c.name}")
     if deg.pp > c.n_layers:
         raise ValueError(f"pp={deg.pp} is more than the {c.n_layers} layers of {c.name}")
+    if interleave > math.ceil(c.n_layers / deg.pp):
+        raise ValueError(f"interleave={interleave} needs at least that many layers per "
+                         f"stage; {c.name} has {math.ceil(c.n_layers / deg.pp)} at pp={deg.pp}")
+    if S % deg.cp:
+        raise ValueError(f"cp={deg.cp} must divide seq_len={S} (each chip takes S / cp "
+                         f"tokens of every sequence)")
     seqs = B // S
     if seqs % (deg.dp * deg.fsdp):
         raise ValueError(f"{seqs} sequences per batch do not split over dp x fsdp = "
@@ -439,33 +799,17 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1,
     if (seqs // (deg.dp * deg.fsdp)) % M:
         raise ValueError(f"{seqs // (deg.dp * deg.fsdp)} sequences per data shard do not split "
                          f"into {M} microbatches")
-    nets = _layout(ch, deg)
-    b_mb = B / (deg.dp * deg.fsdp) / M
-    mem = _memory(c, deg, b_mb, M, remat)
-    per_token = c.training_flops_per_token(S, causal=True)
-    model_flops = per_token * B
-    layer_fwd = (c.forward_flops_per_token(S, causal=True) - 2 * c.param_breakdown().output_head)
-    extra = layer_fwd * B if remat == "full" else 0.0
-    L_p = math.ceil(c.n_layers / deg.pp)
-    imbalance = deg.pp * L_p / c.n_layers
-    bubble = _par.bubble_fraction(deg.pp, M) if deg.pp > 1 else 0.0
-    compute = _rl.compute_time((model_flops + extra) / deg.n_chips, ch) * imbalance / (1 - bubble)
-    notes = []
-    if imbalance > 1:
-        notes.append(f"{c.n_layers} layers over {deg.pp} stages: {L_p} per stage, "
-                     f"{imbalance - 1:.1%} idle on the lighter stages")
-        notes.append("a real run may balance them otherwise (LLaMA-3: one layer fewer "
-                     "on the end stages)")
-    return TrainingPlan(
-        model=c.name, chip=ch.name, degrees=deg, networks=nets,
-        reasons=_reasons(c, ch, deg, nets, _fixed or {}), global_batch_tokens=B, seq_len=S,
-        microbatches=M, remat=remat, memory=mem, hbm_bytes=ch.hbm_bytes, hbm_fraction=f,
-        compute_seconds=compute, bubble=bubble,
-        collectives=_collectives(c, ch, deg, nets, B, M, remat),
-        model_flops_per_step=model_flops, peak_flops=ch.bf16_flops,
-        train_tokens=check_positive("train_tokens", train_tokens),
-        price_per_hour=ch.price_per_hour, considered=_considered, notes=tuple(notes),
-        fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici")
+    tokens = check_positive("train_tokens", train_tokens)
+    return _warned(_build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero,
+                          interleave, f, tokens, _fixed, _considered))
+
+
+def _warned(plan: TrainingPlan) -> TrainingPlan:
+    """Warn of a batch far beyond any real run's (the note says why)."""
+    for note in plan.notes:
+        if "far beyond" in note:
+            warnings.warn(note, stacklevel=3)
+    return plan
 
 
 def check_plan(plan: TrainingPlan) -> None:
@@ -483,106 +827,153 @@ def check_plan(plan: TrainingPlan) -> None:
 # the search
 # ------------------------------------------------------------------------------------------
 
-def _candidates(c, ch, n, seqs, fixed, remats):
+_PINNABLE = ("tp", "cp", "fsdp", "pp", "dp", "microbatches")
+
+
+def _candidates(c, ch, n, S, seqs, fixed):
     domain = _fast_domain(ch, n)
-    for tp in _divisors(n):
-        if "tp" in fixed and tp != fixed["tp"]:
+    cps = [fixed.get("cp", 1)]
+    for cp in cps:
+        if n % cp or S % cp:
             continue
-        if not _tp_ok(c, tp) or tp > domain:
-            continue
-        for pp in _divisors(n // tp):
-            if ("pp" in fixed and pp != fixed["pp"]) or pp > c.n_layers:
+        for tp in _divisors(n // cp):
+            if "tp" in fixed and tp != fixed["tp"]:
                 continue
-            rest = n // (tp * pp)
-            for fsdp in _divisors(rest):
-                dp = rest // fsdp
-                if ("fsdp" in fixed and fsdp != fixed["fsdp"]) or ("dp" in fixed and dp != fixed["dp"]):
+            if not _tp_ok(c, tp) or tp > domain:
+                continue
+            for pp in _divisors(n // (tp * cp)):
+                if ("pp" in fixed and pp != fixed["pp"]) or pp > c.n_layers:
                     continue
-                if seqs % (dp * fsdp):
-                    continue
-                deg = Degrees(tp, fsdp, pp, dp)
-                if ch.dcn_bandwidth is None and "dcn" in _layout(ch, deg).values():
-                    continue            # no scale-out figure: only one fast domain
-                yield deg
+                rest = n // (tp * cp * pp)
+                for fsdp in _divisors(rest):
+                    dp = rest // fsdp
+                    if (("fsdp" in fixed and fsdp != fixed["fsdp"])
+                            or ("dp" in fixed and dp != fixed["dp"])):
+                        continue
+                    if seqs % (dp * fsdp):
+                        continue
+                    deg = Degrees(tp, fsdp, pp, dp, cp)
+                    if ch.dcn_bandwidth is None and "dcn" in _layout(ch, deg).values():
+                        continue            # no scale-out figure: only one fast domain
+                    yield deg
+
+
+def _quick_step(fwd: PassTime, bwd: PassTime, start, end, M, P, v) -> float:
+    return ((M + (P - 1) / v) * (fwd.seconds + bwd.seconds)
+            + _edge(start, fwd) + _edge(end, bwd))
+
+
+def _choices(value, default):
+    return default if value is None else (value,)
 
 
 def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: int, *,
-                 remat: str | None = None, hbm_fraction: float = DEFAULT_HBM_FRACTION,
+                 remat: str | None = None, tp_overlap: bool = False,
+                 keep_weights: bool | None = None, zero: int | None = None,
+                 interleave: int = 1, hbm_fraction: float = DEFAULT_HBM_FRACTION,
                  train_tokens: float = 15e12, **fixed) -> tuple[list, TrainingPlan | None]:
-    """Every configuration's best microbatch count: (fitting plans sorted by step time,
-    the closest non-fitting plan or None). ``fixed`` may pin tp, fsdp, pp, dp or
-    microbatches; ``remat`` pins the policy (default: try both)."""
+    """Every configuration's best plan: (fitting plans sorted by step time, the closest
+    non-fitting plan or None).
+
+    For each split (TP x CP x FSDP x PP x DP) it tries every microbatch count, weights
+    kept gathered or not, and takes the first remat policy ("none", "selective", "full")
+    and ZeRO stage on dp (1, then 2; 0 has ZeRO-1's time and more memory) that fit.
+    ``remat``, ``keep_weights`` and ``zero`` pin those; ``tp_overlap`` and ``interleave``
+    are the caller's assumptions; ``fixed`` may pin tp, cp, fsdp, pp, dp or microbatches
+    (cp is 1 unless pinned)."""
     c, ch = _check_model_chip(model, chip)
     n = _int("n_chips", n_chips)
     B, S = _check_batch(c, global_batch_tokens, seq_len)
     for k in fixed:
-        if k not in ("tp", "fsdp", "pp", "dp", "microbatches"):
-            raise TypeError(f"unknown option {k!r}; pin one of tp, fsdp, pp, dp, microbatches")
-    remats = REMAT if remat is None else (remat,)
+        if k not in _PINNABLE:
+            raise TypeError(f"unknown option {k!r}; pin one of {', '.join(_PINNABLE)}")
+    remats = _choices(remat, REMAT)
     for r in remats:
-        if r not in REMAT:
-            raise ValueError(f"remat must be one of {REMAT} or None; got {r!r}")
+        _check_options(r, 0 if zero is None else zero, interleave, hbm_fraction)
+    interleave, f = _check_options(remats[0], 0 if zero is None else zero, interleave,
+                                   hbm_fraction)
+    tokens = check_positive("train_tokens", train_tokens)
     axes = {k: _int(k, v) for k, v in fixed.items() if k != "microbatches"}
+    if "microbatches" in fixed:
+        _int("microbatches", fixed["microbatches"])
     prod = math.prod(axes.values()) if axes else 1
     if n % prod:
         raise ValueError(f"the pinned degrees {axes} multiply to {prod}, which does not "
                          f"divide n_chips={n}")
     seqs = B // S
-    lim = hbm_fraction * ch.hbm_bytes
+    lim = f * ch.hbm_bytes
     fits, closest = [], None
-    for deg in _candidates(c, ch, n, seqs, axes, remats):
+    for deg in _candidates(c, ch, n, S, seqs, axes):
+        if interleave > math.ceil(c.n_layers / deg.pp):
+            continue
+        nets = _layout(ch, deg)
         per_shard = seqs // (deg.dp * deg.fsdp)
         Ms = _divisors(per_shard)
         if "microbatches" in fixed:
             Ms = [m for m in Ms if m == fixed["microbatches"]]
-        for r in remats:
-            for M in Ms:   # fewest microbatches that fit (FSDP re-gathers per microbatch)
-                if deg.pp > 1 and M < deg.pp and M != Ms[-1]:
-                    continue
-                mem = _memory(c, deg, B / (deg.dp * deg.fsdp) / M, M, r)
-                if mem.total <= lim:
-                    break
-                if closest is None or mem.total < closest[0]:
-                    closest = (mem.total, deg, M, r)
-            else:
-                continue
-            fits.append(evaluate_plan(c, ch, tp=deg.tp, fsdp=deg.fsdp, pp=deg.pp, dp=deg.dp,
-                                      global_batch_tokens=B, seq_len=S, microbatches=M,
-                                      remat=r, train_tokens=train_tokens,
-                                      hbm_fraction=hbm_fraction, _fixed=axes))
-    fits.sort(key=lambda p: (p.step_seconds, p.comm_ratio, p.memory.total))
+        keeps = _choices(keep_weights, (False, True)) if deg.fsdp > 1 else (False,)
+        zeros = _choices(zero, (1, 2)) if deg.dp > 1 else (0,)
+        best = None
+        for M in Ms:
+            b_mb = B / (deg.dp * deg.fsdp) / M
+            for keep in keeps:
+                for r in remats:
+                    fitted = False
+                    for z in zeros:
+                        mem = _memory(c, deg, b_mb, M, r, z, keep)
+                        if mem.total > lim:
+                            if closest is None or mem.total < closest[0]:
+                                closest = (mem.total, deg, M, r, keep, z)
+                            continue
+                        fwd, bwd, start, end, _ = _passes(c, ch, deg, nets, B, S, M, r,
+                                                          tp_overlap, keep, z, interleave)
+                        key = (_quick_step(fwd, bwd, start, end, M, deg.pp, interleave),
+                               mem.total)
+                        if best is None or key < best[0]:
+                            best = (key, M, keep, r, z, mem)
+                        fitted = True
+                        break
+                    if fitted:
+                        break        # a heavier remat policy is never faster
+        if best is not None:
+            _, M, keep, r, z, mem = best
+            fits.append(_build(c, ch, deg, B, S, M, r, tp_overlap, keep, z, interleave, f,
+                               tokens, axes, 0, mem))
+    fits.sort(key=lambda p: (p.step_seconds, p.memory.total))
     best_bad = None
     if closest is not None:
-        _, deg, M, r = closest
-        best_bad = evaluate_plan(c, ch, tp=deg.tp, fsdp=deg.fsdp, pp=deg.pp, dp=deg.dp,
-                                 global_batch_tokens=B, seq_len=S, microbatches=M, remat=r,
-                                 train_tokens=train_tokens, hbm_fraction=hbm_fraction)
+        _, deg, M, r, keep, z = closest
+        best_bad = _build(c, ch, deg, B, S, M, r, tp_overlap, keep, z, interleave, f, tokens,
+                          axes, 0)
     return fits, best_bad
 
 
 def plan_training(model, chip, n_chips: int, global_batch_tokens: int, seq_len: int, *,
                   train_tokens: float = 15e12, remat: str | None = None,
+                  tp_overlap: bool = False, keep_weights: bool | None = None,
+                  zero: int | None = None, interleave: int = 1,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, **fixed) -> TrainingPlan:
     """The fastest configuration that fits (see the module docstring for the model).
 
     ``model``: a name ("llama3-70b") or a TransformerConfig; ``chip``: a name or a Chip;
     ``global_batch_tokens`` B and ``seq_len`` S (B a multiple of S); ``train_tokens`` for
-    days and cost; ``remat`` "none" or "full" (default: whichever is faster and fits);
-    ``fixed``: pin any of tp, fsdp, pp, dp, microbatches. Raises :class:`InfeasiblePlan`
-    when nothing fits, with what would."""
+    days and cost; ``remat``, ``keep_weights``, ``zero``: pin them (default: searched);
+    ``tp_overlap``, ``interleave``: assumptions (default: exposed TP, plain 1F1B);
+    ``fixed``: pin any of tp, cp, fsdp, pp, dp, microbatches. Raises
+    :class:`InfeasiblePlan` when nothing fits, with what would."""
+    opts = dict(remat=remat, tp_overlap=tp_overlap, keep_weights=keep_weights, zero=zero,
+                interleave=interleave, hbm_fraction=hbm_fraction, train_tokens=train_tokens)
     fits, closest = search_plans(model, chip, n_chips, global_batch_tokens, seq_len,
-                                 remat=remat, hbm_fraction=hbm_fraction,
-                                 train_tokens=train_tokens, **fixed)
+                                 **opts, **fixed)
     if fits:
-        best = fits[0]
-        import dataclasses
-        return dataclasses.replace(best, considered=len(fits))
+        return _warned(dataclasses.replace(fits[0], considered=len(fits)))
     c, ch = _check_model_chip(model, chip)
     raise InfeasiblePlan(_infeasible_message(c, ch, n_chips, global_batch_tokens, seq_len,
-                                             remat, hbm_fraction, fixed, closest), closest)
+                                             opts, fixed, closest), closest)
 
 
-def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
+def _infeasible_message(c, ch, n, B, S, opts, fixed, closest) -> str:
+    f = opts["hbm_fraction"]
     lim = f * ch.hbm_bytes
     head = f"{c.name} does not fit on {n} x {ch.name}"
     if fixed:
@@ -599,10 +990,25 @@ def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
     msg = [head + f": the closest ({closest.degrees}, {closest.microbatches} microbatch(es), "
            f"remat {closest.remat}) needs {fmt_bytes(closest.memory.total)} per chip, "
            f"{fmt_bytes(over)} ({over / lim:.0%}) over the usable {fmt_bytes(lim)}."]
+    # the least one sequence can take: full remat, the most TP one fast domain allows,
+    # one layer per pipeline stage (and the head on one of them)
+    domain = _fast_domain(ch, n)
+    tp_max = max(t for t in _divisors(domain) if _tp_ok(c, t))
+    head = (2 * c.d_model + c.vocab_size) * 2
+    per_tok = c.activation_bytes_per_token(remat=True)
+    one_seq = ((per_tok - head) / c.n_layers + head) * S / tp_max
+    if one_seq > lim and "cp" not in fixed:
+        msg.append(f"One sequence of {S:,} tokens alone holds {fmt_bytes(one_seq)} of "
+                   f"activations per chip with full remat, TP {tp_max} and one layer per "
+                   f"pipeline stage: no number of chips fits it without splitting the "
+                   f"sequence; pin context parallelism (cp=...), which splits each "
+                   f"sequence over cp chips.")
+        return " ".join(msg)
     ideas = []
-    if remat == "none":
+    narrower = {k: v for k, v in opts.items() if k != "train_tokens"}
+    if opts["remat"] in ("none", "selective"):
         try:
-            fits, _ = search_plans(c, ch, n, B, S, remat="full", hbm_fraction=f, **fixed)
+            fits, _ = search_plans(c, ch, n, B, S, **{**narrower, "remat": "full"}, **fixed)
         except ValueError:
             fits = []
         if fits:
@@ -611,7 +1017,7 @@ def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
     for k in (2, 4, 8, 16, 32, 64):
         m = n * k
         try:
-            fits, _ = search_plans(c, ch, m, B, S, remat=remat, hbm_fraction=f, **fixed)
+            fits, _ = search_plans(c, ch, m, B, S, **narrower, **fixed)
         except ValueError:
             continue
         if fits:
@@ -621,10 +1027,10 @@ def _infeasible_message(c, ch, n, B, S, remat, f, fixed, closest) -> str:
         ideas.append(f"the model state alone is {fmt_bytes(state)}: at least "
                      f"{math.ceil(state / lim)} chips")
     for k in (2, 4, 8, 16):
-        if (B // k) % S:
+        if (B // k) % S or B // k < S:
             break
         try:
-            fits, _ = search_plans(c, ch, n, B // k, S, remat=remat, hbm_fraction=f, **fixed)
+            fits, _ = search_plans(c, ch, n, B // k, S, **narrower, **fixed)
         except ValueError:
             continue
         if fits:
@@ -655,7 +1061,10 @@ def mfu_from_throughput(model, tokens_per_second: float, n_chips: int, chip,
     ch = get_chip(chip)
     tps = check_positive("tokens_per_second", tokens_per_second)
     n = _int("n_chips", n_chips)
-    return _flops_per_token(model, seq_len) * tps / (n * ch.bf16_flops)
+    fpt = _flops_per_token(model, seq_len)
+    return _check_mfu(fpt * tps / (n * ch.bf16_flops),
+                      f"{sci(fpt)} FLOPs per token x {sci(tps)} tokens/s on {n} x {ch.name} "
+                      f"at {sci(ch.bf16_flops)} FLOP/s")
 
 
 def mfu_from_gpu_hours(model, tokens: float, chip_hours: float, chip,
@@ -666,7 +1075,19 @@ def mfu_from_gpu_hours(model, tokens: float, chip_hours: float, chip,
     ch = get_chip(chip)
     D = check_positive("tokens", tokens)
     h = check_positive("chip_hours", chip_hours)
-    return _flops_per_token(model, seq_len) * D / (h * 3600 * ch.bf16_flops)
+    fpt = _flops_per_token(model, seq_len)
+    return _check_mfu(fpt * D / (h * 3600 * ch.bf16_flops),
+                      f"{sci(fpt)} FLOPs per token x {sci(D)} tokens in {sci(h)} "
+                      f"{ch.name}-hours at {sci(ch.bf16_flops)} FLOP/s")
+
+
+def _check_mfu(mfu: float, how: str) -> float:
+    """Refuse an MFU above 1: more FLOPs than the chips can do at peak."""
+    if mfu > 1:
+        raise ValueError(f"{how} is an MFU of {mfu:.0%}, more than the chips' peak: check "
+                         f"the units (tokens, hours, tokens/s) and, for a mixture-of-experts "
+                         f"model, pass its activated parameters, not its total")
+    return mfu
 
 
 # ------------------------------------------------------------------------------------------

@@ -48,41 +48,205 @@ def test_70b_memory_by_hand():
     assert m.total == pytest.approx(16 * N70 / 512 + LAYER70 / 2 + per_token * 1024)
 
 
-def test_70b_times_by_hand():
-    B = 2**22
-    p = tr.evaluate_plan("llama3-70b", h100, tp=8, fsdp=64, dp=2, global_batch_tokens=B,
-                         seq_len=8192, microbatches=4)
-    # FLOPs per token: 3 (2 x matmul params + causal attention 4 L H h (S + 1) / 2)
+def _flops_per_token_70b(S=8192):
     matmul_params = N70 - 128256 * 8192 - (80 * 2 * 8192 + 8192)
-    per_token = 3 * (2 * matmul_params + 4 * 80 * 64 * 128 * (8192 + 1) / 2)
-    assert p.model_flops_per_step == pytest.approx(per_token * B)
-    assert p.compute_seconds == pytest.approx(per_token * B / 1024 / 9.89e14)
+    return 2 * matmul_params + 4 * 80 * 64 * 128 * (S + 1) / 2     # forward, causal
+
+
+def test_70b_times_by_hand():
+    """TP 8 x FSDP 64 x DP 2 on H100s, 4 microbatches: every term of the step by hand."""
+    B, M = 2**22, 4
+    p = tr.evaluate_plan("llama3-70b", h100, tp=8, fsdp=64, dp=2, global_batch_tokens=B,
+                         seq_len=8192, microbatches=M)
+    fwd_tok = _flops_per_token_70b()
+    assert p.model_flops_per_step == pytest.approx(3 * fwd_tok * B)
+    comp_f = fwd_tok * B / 1024 / M / 9.89e14          # one microbatch's forward per GPU
+    assert p.forward.compute == pytest.approx(comp_f)
+    assert p.backward.compute == pytest.approx(2 * comp_f)
+    assert p.compute_seconds == pytest.approx(3 * fwd_tok * B / 1024 / 9.89e14)
+    # TP: per layer an all-gather and a reduce-scatter of [b_mb, D] for attention and
+    # again for the MLP, on NVSwitch at 450 GB/s; b_mb = 2**22 / 128 / 4 = 8192 tokens.
+    act = 8192 * 8192 * 2
+    one = (7 / 8) * act / 4.5e11
+    tp_pass = 80 * 2 * 2 * one
+    assert p.forward.exposed == {"nvlink": pytest.approx(tp_pass)}
+    assert p.backward.exposed == {"nvlink": pytest.approx(tp_pass)}
     by = {(c.axis, c.kind): c for c in p.collectives}
-    w = 2 * N70 / 8                                  # bf16 weights of one TP shard
-    ag = by["fsdp", "all-gather"]
-    assert ag.network == "dcn" and ag.count == 8     # 2 per microbatch
-    assert ag.seconds == pytest.approx(8 * (63 / 64) * w / 5e10)
+    assert by["tp", "all-gather"].count == 2 * 2 * 80 * M
+    assert by["tp", "all-gather"].seconds == pytest.approx(2 * 2 * 80 * M * one)
+    # FSDP: each pass all-gathers the TP shard's bf16 weights over 64 GPUs, one per node,
+    # each on its own 50 GB/s NIC; the backward also reduce-scatters the gradients.
+    w = 2 * N70 / 8
+    ag = (63 / 64) * w / 5e10
+    assert p.forward.networks["dcn"] == pytest.approx(ag)
+    assert p.backward.networks["dcn"] == pytest.approx(2 * ag)
+    assert by["fsdp", "all-gather"].count == 2 * M
+    # DP: one all-reduce of each GPU's gradient shard at the end of the step
     g = 2 * N70 / (8 * 64)
-    assert by["dp", "all-reduce"].seconds == pytest.approx(2 * 0.5 * g / 5e10)
-    act = B / 128 / 4 * 8192 * 2                     # [b / N_mb, d] bf16
-    tp = by["tp", "all-gather"]
-    assert tp.network == "nvlink" and tp.count == 4 * 80 * 4
-    assert tp.seconds == pytest.approx(tp.count * (7 / 8) * act / (18 * 2.5e10))
-    assert p.bound == "dcn"
-    assert p.step_seconds == pytest.approx(p.comm_seconds("dcn"))
-    assert p.mfu == pytest.approx(per_token * B / (p.step_seconds * 1024 * 9.89e14))
-    assert p.days == pytest.approx(15e12 / (B / p.step_seconds) / 86400)
+    ar = 2 * (1 / 2) * g / 5e10
+    assert p.step_end == {"dcn": pytest.approx(ar)}
+    f = max(comp_f + tp_pass, ag)
+    b = max(2 * comp_f + tp_pass, 2 * ag)
+    step = M * (f + b) + max(0.0, ar - b)
+    assert p.step_seconds == pytest.approx(step)
+    assert sum(p.breakdown.values()) == pytest.approx(step)
+    assert p.bound == "dcn" and ag > comp_f + tp_pass
+    assert p.mfu == pytest.approx(3 * fwd_tok * B / (step * 1024 * 9.89e14))
+    assert p.days == pytest.approx(15e12 / (B / step) / 86400)
     assert p.cost == pytest.approx(p.days * 24 * 1024 * 10.8)
 
 
-def test_pipeline_bubble_and_uneven_stages():
-    p = tr.evaluate_plan("llama3-405b", h100, tp=8, fsdp=64, pp=16, global_batch_tokens=2**24,
-                         seq_len=8192, microbatches=32)
+def test_remat_recompute_by_hand():
+    """Full remat re-runs each layer's forward (the head excepted) once in the backward,
+    and its TP collectives with it; selective remat re-runs only the attention matmuls."""
+    B, M = 2**22, 4
+    kw = dict(tp=8, fsdp=16, dp=8, global_batch_tokens=B, seq_len=8192, microbatches=M)
+    fwd_tok = _flops_per_token_70b()
+    head = 2 * 128256 * 8192
+    attn = 4 * 80 * 64 * 128 * (8192 + 1) / 2
+    per_gpu = B / 1024 / M / 9.89e14
+    b_mb = B / (16 * 8) / M
+    one = (7 / 8) * (b_mb * 8192 * 2) / 4.5e11
+    for remat, extra, tp_layers in (("none", 0, 2), ("selective", attn, 2),
+                                    ("full", fwd_tok - head, 4)):
+        p = tr.evaluate_plan("llama3-70b", h100, remat=remat, **kw)
+        assert p.forward.compute == pytest.approx(fwd_tok * per_gpu)
+        assert p.backward.compute == pytest.approx((2 * fwd_tok + extra) * per_gpu)
+        assert p.backward.exposed["nvlink"] == pytest.approx(80 * tp_layers * 2 * one)
+
+
+def test_bubble_and_interleave_by_hand():
+    assert scalebook.parallelism.bubble_fraction(16, 32) == pytest.approx(15 / 47)
+    assert scalebook.parallelism.bubble_fraction(4, 1) == pytest.approx(3 / 4)
+    assert scalebook.parallelism.bubble_fraction(16, 32, 4) == pytest.approx(15 / 143)
+    kw = dict(tp=8, fsdp=64, pp=16, global_batch_tokens=2**24, seq_len=8192,
+              microbatches=32, keep_weights=True)
+    p = tr.evaluate_plan("llama3-405b", h100, **kw)
     assert p.bubble == pytest.approx(15 / (32 + 15))
-    # 126 layers on 16 stages: 8 per stage, the compute runs as if 128 layers
-    flops = p.model_flops_per_step / 8192 / 9.89e14
-    assert p.compute_seconds == pytest.approx(flops * 128 / 126 / (1 - 15 / 47))
+    # 126 layers on 16 stages: 8 per stage, each stage's pass as if 128 layers
+    per_gpu = p.model_flops_per_step / 3 / 8192 / 32 / 9.89e14
+    assert p.forward.compute == pytest.approx(per_gpu * 128 / 126)
+    pair = p.forward.seconds + p.backward.seconds
+    edges = (max(0, p.step_start["dcn"] - p.forward.seconds)
+             + max(0, p.step_end["dcn"] - p.backward.seconds))
+    assert p.step_seconds == pytest.approx((32 + 15) * pair + edges)
+    assert p.breakdown["bubble"] == pytest.approx(15 * pair)
     assert any("8 per stage" in n for n in p.notes)
+    q = tr.evaluate_plan("llama3-405b", h100, interleave=4, **kw)
+    # interleaving: a quarter of the fill and drain, four times the stage-to-stage sends
+    assert q.breakdown["bubble"] == pytest.approx(15 / 4 * (q.forward.seconds
+                                                            + q.backward.seconds))
+    pp = {c.axis: c for c in q.collectives}["pp"]
+    assert pp.count == 4 * 2 * 32
+    assert q.step_seconds < p.step_seconds
+
+
+def test_communication_cannot_hide_in_the_bubble():
+    """A microbatch's collectives belong to its passes: more pipeline stages with few
+    microbatches stretch the step even when every collective could overlap the compute."""
+    kw = dict(tp=8, fsdp=8, global_batch_tokens=16 * 8192, seq_len=8192)
+    one = tr.evaluate_plan("llama3-70b", h100, pp=1, microbatches=1, **kw)
+    four = tr.evaluate_plan("llama3-70b", h100, pp=4, microbatches=1, **kw)
+    # P = 4, one microbatch: the pass takes a quarter of the work, and 4 of them run
+    # one after another, so at least the whole step's exposed TP traffic comes back
+    assert four.bubble == pytest.approx(3 / 4)
+    assert four.step_seconds >= one.step_seconds * 0.99
+    assert four.bound == "bubble"
+
+
+def test_kept_weights_gather_once_per_step():
+    kw = dict(tp=8, fsdp=64, global_batch_tokens=2**22, seq_len=8192, microbatches=8)
+    re = tr.evaluate_plan("llama3-70b", h100, **kw)
+    kept = tr.evaluate_plan("llama3-70b", h100, keep_weights=True, **kw)
+    by = {(c.axis, c.kind): c for c in kept.collectives}
+    assert by["fsdp", "all-gather"].count == 1 and by["fsdp", "reduce-scatter"].count == 1
+    assert "dcn" not in kept.forward.networks
+    w = 2 * N70 / 8
+    assert kept.step_start["dcn"] == pytest.approx((63 / 64) * w / 5e10)
+    # memory: the whole gathered TP shard and its gradients in bf16 instead of 2 layers
+    assert kept.memory.fsdp_buffer == pytest.approx(4 * N70 / 8 * 63 / 64)
+    assert re.memory.fsdp_buffer == pytest.approx(4 * LAYER70 / 8)
+    assert kept.step_seconds < re.step_seconds
+
+
+def test_zero_stages_on_the_dp_axis():
+    kw = dict(tp=8, fsdp=8, dp=16, global_batch_tokens=2**22, seq_len=8192, microbatches=4)
+    z0, z1, z2 = (tr.evaluate_plan("llama3-70b", h100, zero=z, **kw) for z in (0, 1, 2))
+    shard = N70 / 64
+    assert z0.memory.optimizer == pytest.approx(8 * shard)
+    assert z1.memory.optimizer == pytest.approx(8 * shard / 16)
+    assert z1.memory.master_weights == pytest.approx(4 * shard / 16)
+    assert z1.memory.gradients == pytest.approx(2 * shard)
+    assert z2.memory.gradients == pytest.approx(2 * shard / 16)
+    # ZeRO-1: a reduce-scatter and an all-gather, the bytes of ZeRO-0's all-reduce
+    assert z1.step_end["dcn"] == pytest.approx(z0.step_end["dcn"])
+    assert z1.step_seconds == pytest.approx(z0.step_seconds)
+    # ZeRO-2: the gradients are reduce-scattered every microbatch
+    by = {(c.axis, c.kind): c for c in z2.collectives}
+    assert by["dp", "reduce-scatter"].count == 4
+    assert z2.step_seconds >= z1.step_seconds
+
+
+def test_tp_overlap_is_bounded_by_the_collective_matmul():
+    kw = dict(tp=8, fsdp=8, dp=16, global_batch_tokens=2**22, seq_len=8192, microbatches=4)
+    ex = tr.evaluate_plan("llama3-70b", h100, **kw)
+    ov = tr.evaluate_plan("llama3-70b", h100, tp_overlap=True, **kw)
+    g, c = ex.forward.exposed["nvlink"], ex.forward.compute
+    # chapter 10: n steps of T_math / n, the first chunk's send not hidden
+    assert ov.forward.exposed.get("nvlink", 0.0) == pytest.approx(max(0.0, g - 7 / 8 * c))
+    assert ov.step_seconds <= ex.step_seconds
+
+
+def test_gpu_scale_out_reduces_inside_the_node_first():
+    """FSDP over 256 H100s with no TP: 8 GPUs of each group share a node, so the group's
+    collective runs over NVLink inside the node, then 1/8 of the bytes between nodes."""
+    p = tr.evaluate_plan("llama3-8b", h100, tp=1, fsdp=256, global_batch_tokens=2**22,
+                         seq_len=8192)
+    from scalebook.models import get_model
+    w = 2 * get_model("llama3-8b").num_params()
+    want = (7 / 8) * w / 4.5e11 + (31 / 32) * (w / 8) / 5e10
+    assert p.forward.networks["dcn"] == pytest.approx(want)
+    assert p.bound == "compute"
+
+
+def test_context_parallel_gathers_keys_and_values():
+    kw = dict(tp=8, fsdp=8, pp=16, global_batch_tokens=16 * 8 * 131072, seq_len=131072,
+              microbatches=16, keep_weights=True)
+    p = tr.evaluate_plan("llama3-405b", h100, cp=16, **kw)
+    # K and V of one 128K sequence, [S, 2 H_kv h] bf16 over 8 TP GPUs (8 KV heads)
+    kv = 131072 * 2 * 8 * 128 * 2 / 8
+    ag = (15 / 16) * kv / 5e10
+    by = {(c.axis, c.kind): c for c in p.collectives}
+    assert by["cp", "all-gather"].nbytes == pytest.approx(kv)
+    assert p.forward.exposed["dcn"] == pytest.approx(8 * ag)
+    assert p.memory.activations < tr.evaluate_plan("llama3-405b", h100, cp=1, **{
+        **kw, "global_batch_tokens": 16 * 8 * 8192, "seq_len": 8192}).memory.activations * 2
+    with pytest.raises(ValueError, match="cp=3 must divide"):
+        tr.evaluate_plan("llama3-405b", h100, cp=3, **kw)
+
+
+def test_llama3_table4_for_the_right_reason():
+    """The paper's configuration, plain 1F1B, weights kept gathered, TP exposed: the
+    model's MFU bound within 15 points of each reported MFU, and the terms that make it."""
+    rows = [(8, 1, 16, 64, 8192, 32, 0.43), (8, 1, 16, 128, 8192, 16, 0.41),
+            (8, 16, 16, 8, 131072, 16, 0.38)]
+    for tp, cp, pp, dp, S, per_dp, reported in rows:
+        p = tr.evaluate_plan("llama3-405b", h100, tp=tp, cp=cp, pp=pp, fsdp=dp,
+                             global_batch_tokens=dp * per_dp * S, seq_len=S,
+                             microbatches=per_dp, keep_weights=True)
+        assert abs(p.mfu - reported) < 0.15, (S, dp, p.mfu)
+        parts = p.breakdown
+        # the bubble is the largest loss; exposed TP the second; weights kept: little DCN
+        assert parts["bubble"] > parts["nvlink"] > parts.get("dcn", 0.0) * (cp == 1)
+    # the old model (compute / (1 - bubble), collectives hidden in the bubble) is not
+    # within 15 points in the first row: this check can tell the two apart
+    p = tr.evaluate_plan("llama3-405b", h100, tp=8, pp=16, fsdp=64,
+                         global_batch_tokens=2**24, seq_len=8192, microbatches=32,
+                         keep_weights=True)
+    old_step = max(p.compute_seconds / (1 - p.bubble),
+                   max(p.comm_seconds(n) for n in ("nvlink", "dcn")))
+    old_mfu = p.model_flops_per_step / (old_step * 8192 * 9.89e14)
+    assert abs(old_mfu - 0.43) > 0.15
 
 
 def test_no_price_is_said_not_invented():
