@@ -91,7 +91,7 @@ Formula or task -> function::
   greedy speculative decoding with a draft        llama.speculative_generate / draft_from_layers
   DP / FSDP layer times, critical batch per chip  parallelism.dp_layer_times / fsdp_layer_times / data_parallel_critical_batch
   ZeRO-0..3 memory per chip, largest model        parallelism.training_memory_per_chip (ChipMemory) / largest_model_per_chip
-  Megatron TP times, largest TP degree, heads     parallelism.tp_mlp_layer_times / max_tp_degree / tp_attention_check
+  Megatron TP times, largest TP degree, heads     parallelism.tp_mlp_layer_times / max_tp_degree / max_tp_degree_layer / tp_attention_check
   FSDP x TP times, optimal split, critical batch  parallelism.fsdp_tp_layer_times / optimal_fsdp_degree / fsdp_tp_critical_batch
   pipeline bubble (P-1)/(N_mb+P-1), schedules     parallelism.bubble_fraction / pipeline_schedule (Schedule)
   MoE capacity, drops, critical batch, a2a bytes  parallelism.moe_capacity / tokens_dropped / moe_critical_batch / moe_all_to_all_bytes

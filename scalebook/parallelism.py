@@ -521,9 +521,9 @@ def _combine(combine, net: Network) -> str:
 
 def _two_axes(axes, net: Network) -> tuple:
     if not isinstance(axes, (tuple, list)) or len(axes) != 2:
-        raise ValueError(f"axes must be a pair (M_X, M_Y): the torus axes the FSDP and the "
+        raise ValueError(f"axes must be a pair (a_X, a_Y): the torus axes the FSDP and the "
                          f"TP degree each span; got {axes!r}")
-    mx, my = (_int("axes (each of M_X, M_Y)", a) for a in axes)
+    mx, my = (_int("axes (each of a_X, a_Y)", a) for a in axes)
     if net.topology != "torus" and (mx, my) != (1, 1):
         raise ValueError(f"axes={axes!r}: on the {net.name} network ({net.topology}) more "
                          f"mesh axes add no links; use axes=(1, 1)")
@@ -562,16 +562,16 @@ def fsdp_tp_layer_times(B: float, D: int, F: int, n_fsdp, n_tp, chip, *,
 
 def optimal_fsdp_degree(B: float, n_chips: int, F: int, *, axes=(1, 1)) -> float:
     """The FSDP degree that minimises the 2D split's communication (large-n limit),
-    X* = sqrt(B N M_X / (F M_Y)); N = n_chips, B global tokens, ``axes`` = (M_X, M_Y) the
-    torus axes the FSDP and TP degrees span (M_X + M_Y = 3 on a whole 3D torus). The
+    X* = sqrt(B N a_X / (F a_Y)); N = n_chips, B global tokens, ``axes`` = (a_X, a_Y) the
+    torus axes the FSDP and TP degrees span (a_X + a_Y = 3 on a whole 3D torus). The
     same X* for both ways of adding the two axes' collectives (max or sum): it makes the
     FSDP and TP terms equal."""
     B = check_positive("B (tokens)", B)
     N = _int("n_chips", n_chips)
     F = _int("F", F)
     if not isinstance(axes, (tuple, list)) or len(axes) != 2:
-        raise ValueError(f"axes must be a pair (M_X, M_Y); got {axes!r}")
-    mx, my = (_int("axes (each of M_X, M_Y)", a) for a in axes)
+        raise ValueError(f"axes must be a pair (a_X, a_Y); got {axes!r}")
+    mx, my = (_int("axes (each of a_X, a_Y)", a) for a in axes)
     return math.sqrt(B * N * mx / (F * my))
 
 
@@ -581,16 +581,16 @@ def fsdp_tp_critical_batch(F: int, chip, *, axes=(1, 1), combine: str | None = N
     (large-n limit, forward pass, the harder one: the backward doubles the FLOPs and the
     weight collectives but not the TP collectives).
 
-    With W_eff = 2 W per torus axis (W on a ring or switch) and ``axes`` = (M_X, M_Y), the
+    With W_eff = 2 W per torus axis (W on a ring or switch) and ``axes`` = (a_X, a_Y), the
     torus axes each degree spans, the forward's FSDP and TP terms are
-    T_fsdp / T_math = (s C / (2 W_eff)) X / (B M_X) and T_tp / T_math = (s C / (2 W_eff))
-    Y / (F M_Y). Both are least, together, at X* = sqrt(B N M_X / (F M_Y)), where each is
-    (s C / (2 W_eff)) sqrt(N / (B F M_X M_Y)).
+    T_fsdp / T_math = (s C / (2 W_eff)) X / (B a_X) and T_tp / T_math = (s C / (2 W_eff))
+    Y / (F a_Y). Both are least, together, at X* = sqrt(B N a_X / (F a_Y)), where each is
+    (s C / (2 W_eff)) sqrt(N / (B F a_X a_Y)).
 
     ``combine="max"`` (default on a torus: the two axes use different links at once): the
-    larger term must be <= 1, so b* = (s C / (2 W_eff))^2 / (F M_X M_Y).
+    larger term must be <= 1, so b* = (s C / (2 W_eff))^2 / (F a_X a_Y).
     ``combine="sum"`` (the terms share links; default on a GPU's NVSwitch or the DCN):
-    their sum, twice one term, must be <= 1, so b* = (s C / W_eff)^2 / (F M_X M_Y), four
+    their sum, twice one term, must be <= 1, so b* = (s C / W_eff)^2 / (F a_X a_Y), four
     times more. Pure FSDP on one axis needs s C / (2 W_eff)."""
     c = _chip(chip)
     F = _int("F", F)

@@ -14,6 +14,7 @@ scalebook.setup(quiet=True)
 
 from scalebook import parallelism as par  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
+from scalebook.models import get_model  # noqa: E402
 
 v5p, v5e, h100 = get_chip("tpu-v5p"), get_chip("tpu-v5e"), get_chip("gpu-h100")
 C5p, W5p = v5p.bf16_flops, v5p.ici_link_bandwidth
@@ -41,9 +42,32 @@ def test_networks():
 def test_dp_critical_batch_closed_form(axes):
     # all-reduce of s per weight element over k torus axes vs 4 backward FLOPs per element
     assert close(par.data_parallel_critical_batch(v5p, axes=axes), 2 * C5p / (4 * W5p * axes))
-    n = 16
-    assert close(par.data_parallel_critical_batch(v5p, n, axes=axes),
+    shape = (16,) * axes                      # axes of 16 chips: two links each
+    n = 16 ** axes
+    assert close(par.data_parallel_critical_batch(v5p, shape=shape),
                  (n - 1) / n * 2 * C5p / (4 * W5p * axes))
+
+
+def test_dp_critical_batch_on_a_4x2x2_mesh():
+    # 16 chips: the axis of 4 has two links (one each way), each axis of 2 has one link,
+    # so 4 links in all (a guess of round(16 ** (1/3)) = 3 chips per axis would give 6)
+    n, links, s = 16, 2 + 1 + 1, 2
+    want = 2 * (n - 1) / n * s / (links * W5p) / (4 / C5p)
+    assert close(par.data_parallel_critical_batch(v5p, shape=(4, 2, 2)), want)
+    assert close(par.data_parallel_critical_batch(v5p, 16, shape=(2, 4, 2)), want)
+    # the times cross there: the all-reduce over (4, 2, 2) against the backward matmuls
+    t = par.dp_layer_times(512, 2048, want, (4, 2, 2), v5p)
+    assert close(t.comm_backward, t.compute_backward)
+    with pytest.raises(ValueError, match="give the mesh shape"):
+        par.data_parallel_critical_batch(v5p, 16, axes=3)
+    with pytest.raises(ValueError, match="not both"):
+        par.data_parallel_critical_batch(v5p, shape=(4, 4), axes=2)
+    with pytest.raises(ValueError, match="does not match"):
+        par.data_parallel_critical_batch(v5p, 8, shape=(4, 4))
+    with pytest.raises(ValueError, match="at least 2"):
+        par.data_parallel_critical_batch(v5p, shape=(1, 1))
+    with pytest.raises(ValueError, match="shape"):
+        par.data_parallel_critical_batch(v5p, shape=(4, 0))
 
 
 def test_dp_critical_batch_on_a_ring_network():
@@ -128,6 +152,39 @@ def test_tp_max_degree_is_the_crossing():
     assert ratio(n) <= 1 < ratio(n + 1)
 
 
+def test_max_tp_degree_layer_by_hand():
+    # LLaMA-3 70B, S = 8192, causal: per token and layer the forward does
+    #   weights: 2 (D (H h) + 2 D (K h) + (H h) D + 3 D F) FLOPs
+    #   scores and values: 4 H h (S + 1) / 2 FLOPs (the unmasked half)
+    # and sends an all-gather and a reduce-scatter of [D] before and after attention and
+    # the MLP: 2 all-reduces, 2 x 2 (n-1)/n D s bytes, over 2 W per chip on a torus axis.
+    D, H, K, h, F, S, s = 8192, 64, 8, 128, 28672, 8192, 2
+    f = 2 * (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F) + 4 * H * h * (S + 1) / 2
+
+    def fwd_ratio(n):          # forward comm / compute
+        return (2 * 2 * (n - 1) / n * D * s / (2 * W5p)) / (f / n / C5p)
+    n = par.max_tp_degree_layer("llama3-70b", v5p, seq_len=S)
+    assert fwd_ratio(n) <= 1 < fwd_ratio(n + 1)
+    assert n == 13                                   # the MLP alone allows 19
+    assert par.max_tp_degree(F, v5p, matmuls=3) == 19
+    # the backward does twice the FLOPs behind the same collectives: a larger limit
+    bwd = par.max_tp_degree_layer("llama3-70b", v5p, seq_len=S, which="backward")
+    assert fwd_ratio(bwd) / 2 <= 1 < fwd_ratio(bwd + 1) / 2
+    assert par.max_tp_degree_layer("llama3-70b", v5p, seq_len=S, which="forward") == n < bwd
+    # without the causal mask's saving the attention does more FLOPs: never a smaller limit
+    assert par.max_tp_degree_layer("llama3-70b", v5p, seq_len=S, causal=False) >= n
+    # a config passes through, and two chips on one axis share one link
+    tiny = get_model("llama3-8b")
+    assert par.max_tp_degree_layer(tiny, v5p, seq_len=S) == \
+        par.max_tp_degree_layer("llama3-8b", v5p, seq_len=S)
+    slow = v5p.with_(ici_link_bandwidth=W5p / 12)
+    assert par.max_tp_degree_layer("llama3-70b", slow, seq_len=S) == 1
+    for bad, match in [(dict(seq_len=0), "seq_len"), (dict(seq_len=S, which="both"), "which"),
+                       (dict(seq_len=S, causal="yes"), "causal")]:
+        with pytest.raises(ValueError, match=match):
+            par.max_tp_degree_layer("llama3-70b", v5p, **bad)
+
+
 def test_tp_attention():
     assert par.tp_attention_check(64, 8, 8) == 8
     assert par.tp_attention_check(64, 8, 16) == 4
@@ -143,47 +200,106 @@ def test_tp_attention():
 
 def test_2d_times_by_hand():
     B, D, F, X, Y, s = 2 ** 20, 8192, 28672, 32, 8, 2
-    t = par.fsdp_tp_layer_times(B, D, F, X, Y, v5p)
+    t = par.fsdp_tp_layer_times(B, D, F, X, Y, v5p)            # a torus: "max"
     assert close(t.compute_forward, 4 * B * D * F / (X * Y) / C5p)
     w = (X - 1) / X * 2 * D * F * s / Y / (2 * W5p)
     a = 2 * (Y - 1) / Y * B * D * s / X / (2 * W5p)
+    assert close(t.comm_forward, max(w, a))
+    assert close(t.comm_backward, max(2 * w, a))
+    t = par.fsdp_tp_layer_times(B, D, F, X, Y, v5p, combine="sum")
     assert close(t.comm_forward, w + a)
     assert close(t.comm_backward, 2 * w + a)
+    # X over two torus axes (4, 8): twice the links for the weight gathers
+    t = par.fsdp_tp_layer_times(B, D, F, (4, 8), Y, v5p, combine="sum")
+    assert close(t.comm_forward, w / 2 + a)
+    # a GPU's NVSwitch: both axes share the NVLinks, so only the sum
+    assert par.fsdp_tp_layer_times(B, D, F, 1, 8, h100).comm_forward > 0
+    with pytest.raises(ValueError, match="combine='sum'"):
+        par.fsdp_tp_layer_times(B, D, F, 1, 8, h100, combine="max")
+    with pytest.raises(ValueError, match="combine"):
+        par.fsdp_tp_layer_times(B, D, F, X, Y, v5p, combine="min")
 
 
-def test_optimal_degree_and_critical_batch():
-    F = 28672
-    b_star = par.fsdp_tp_critical_batch(F, v5p)
-    assert close(b_star, (2 * C5p / (2 * W5p)) ** 2 / F)
-    # at b*, with X = sqrt(B N / F), the large-n comm/compute ratio of the forward is 1:
-    N = 4096
-    B = b_star * N
-    X = par.optimal_fsdp_degree(B, N, F)
-    Y = N / X
-    ratio = (2 * C5p / (4 * W5p)) * (X / B + Y / F)   # s C / (4 W) (X / B + Y / F)
-    assert close(ratio, 1, 1e-9)
-    assert b_star < par.data_parallel_critical_batch(v5p)   # 2D needs fewer tokens per chip
-    # the same ratio from the exact per-layer times, at a large mesh (n-1)/n ~ 1:
-    t = par.fsdp_tp_layer_times(B, 8192, F, 512, 8, v5p)
-    exact = t.comm_forward / t.compute_forward
-    assert math.isclose(exact, (2 * C5p / (4 * W5p)) * (512 / B + 8 / F), rel_tol=0.15)
+def test_critical_batch_max_and_sum_by_hand():
+    # Forward, large n, X = FSDP chips on a_X torus axes, Y = TP chips on a_Y, N = X Y:
+    #   T_math  = 4 B D F / (N C)
+    #   T_fsdp  = 2 D F s / (Y 2 W a_X)        (gather of W_in and W_out, [D, F / Y] each)
+    #   T_tp    = 2 B D s / (X 2 W a_Y)        (all-gather + reduce-scatter of [B / X, D])
+    # so T_fsdp / T_math = (s C / 4W) X / (B a_X),  T_tp / T_math = (s C / 4W) Y / (F a_Y).
+    # Equal at X^2 = B N a_X / (F a_Y); each term is then (s C / 4W) sqrt(1 / (b F a_X a_Y)).
+    #   max <= 1:  b >= (s C / 4W)^2 / (F a_X a_Y)
+    #   sum <= 1:  b >= (s C / 2W)^2 / (F a_X a_Y)       (4 times more)
+    F, s = 28672, 2
+    a = s * C5p / (4 * W5p)
+    for mx, my in [(1, 1), (2, 1), (1, 2)]:
+        b_max = par.fsdp_tp_critical_batch(F, v5p, axes=(mx, my))
+        b_sum = par.fsdp_tp_critical_batch(F, v5p, axes=(mx, my), combine="sum")
+        assert close(b_max, a ** 2 / (F * mx * my))
+        assert close(b_sum, (2 * a) ** 2 / (F * mx * my))
+        # at b*, X*, the terms are equal and the larger (max) or their sum is exactly 1
+        N = 4096
+        for b, want in [(b_max, 1.0), (b_sum, 0.5)]:
+            B = b * N
+            X = par.optimal_fsdp_degree(B, N, F, axes=(mx, my))
+            assert close(X, math.sqrt(B * N * mx / (F * my)))
+            fsdp, tp = a * X / (B * mx), a * (N / X) / (F * my)
+            assert close(fsdp, tp) and close(fsdp, want)
+    # the old one-axis-each sum, 735 tokens per chip for 70B, against the v5p torus's max
+    assert round(par.fsdp_tp_critical_batch(F, v5p, combine="sum")) == 735
+    assert round(par.fsdp_tp_critical_batch(F, v5p, axes=(2, 1))) == 92
+    # on a GPU's NVSwitch only the sum, W = all NVLinks, no torus doubling
+    Wh = h100.ici_link_bandwidth * h100.ici_links
+    assert close(par.fsdp_tp_critical_batch(F, h100), (s * h100.bf16_flops / Wh) ** 2 / F)
+    assert par.fsdp_tp_critical_batch(F, v5p) < par.data_parallel_critical_batch(v5p)
+    for bad, match in [(dict(axes=(1,)), "pair"), (dict(axes=(0, 1)), "a_X"),
+                       (dict(combine="mean"), "combine")]:
+        with pytest.raises(ValueError, match=match):
+            par.fsdp_tp_critical_batch(F, v5p, **bad)
+    with pytest.raises(ValueError, match="axes=\\(1, 1\\)"):
+        par.fsdp_tp_critical_batch(F, h100, axes=(2, 1))
+    with pytest.raises(ValueError, match="pair"):
+        par.optimal_fsdp_degree(1e6, 64, F, axes=2)
 
 
-def test_best_2d_split_minimises_the_worse_pass():
+def test_critical_batch_matches_the_exact_layer_times():
+    # at a large mesh ((n-1)/n ~ 1) the exact times give the large-n ratios
+    F, N = 28672, 4096
+    for combine, terms in [("max", 1), ("sum", 2)]:
+        b = par.fsdp_tp_critical_batch(F, v5p, combine=combine)
+        B = b * N
+        X = 512
+        t = par.fsdp_tp_layer_times(B, 8192, F, X, N // X, v5p, combine=combine)
+        a = 2 * C5p / (4 * W5p)
+        fsdp, tp = a * X / B, a * (N // X) / F
+        want = max(fsdp, tp) if terms == 1 else fsdp + tp
+        assert math.isclose(t.comm_forward / t.compute_forward, want, rel_tol=0.15)
+
+
+@pytest.mark.parametrize("combine", ["max", "sum"])
+def test_best_2d_split_minimises_the_worse_pass(combine):
     for B in (2 ** 21, 2 ** 19, 2 ** 17):
-        plan = par.best_2d_split(B, 8192, 28672, 256, v5p)
+        plan = par.best_2d_split(B, 8192, 28672, 256, v5p, combine=combine)
         assert plan.n_fsdp * plan.n_tp == 256
-        every = [par.fsdp_tp_layer_times(B, 8192, 28672, 256 // Y, Y, v5p)
+        every = [par.fsdp_tp_layer_times(B, 8192, 28672, 256 // Y, Y, v5p, combine=combine)
                  for Y in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
         assert plan.times.ratio == min(t.ratio for t in every)   # never worse than any split
-    # at 2^21 tokens a split with less communication per step (Y = 4) makes its forward
-    # pass wait longer than pure FSDP's; the worse pass decides, so pure FSDP is chosen
-    plan = par.best_2d_split(2 ** 21, 8192, 28672, 256, v5p)
-    pure = par.fsdp_tp_layer_times(2 ** 21, 8192, 28672, 256, 1, v5p)
-    y4 = par.fsdp_tp_layer_times(2 ** 21, 8192, 28672, 64, 4, v5p)
+    assert par.best_2d_split(1024, 64, 7, 5, v5p, combine=combine).n_tp == 1  # 1 | F = 7
+
+
+def test_best_2d_split_max_against_sum():
+    D, F = 8192, 28672
+    # sum (shared links): at 2^21 tokens a split with less communication per step (Y = 4)
+    # makes its forward pass wait longer than pure FSDP's; the worse pass decides
+    plan = par.best_2d_split(2 ** 21, D, F, 256, v5p, combine="sum")
+    pure = par.fsdp_tp_layer_times(2 ** 21, D, F, 256, 1, v5p, combine="sum")
+    y4 = par.fsdp_tp_layer_times(2 ** 21, D, F, 64, 4, v5p, combine="sum")
     assert y4.comm < pure.comm and y4.ratio > pure.ratio and plan.n_tp == 1
-    assert par.best_2d_split(2 ** 19, 8192, 28672, 256, v5p).n_tp == 4
-    assert par.best_2d_split(1024, 64, 7, 5, v5p).n_tp == 1      # only 1 divides F = 7
+    assert par.best_2d_split(2 ** 19, D, F, 256, v5p, combine="sum").n_tp == 4
+    # max (different links at once): a 2D split beats pure FSDP already at 2^21, and at
+    # 2^17 tokens (512 per chip) it is compute-bound, where the sum says no split is
+    assert par.best_2d_split(2 ** 21, D, F, 256, v5p).n_tp == 2
+    assert par.best_2d_split(2 ** 17, D, F, 256, v5p).times.compute_bound
+    assert not par.best_2d_split(2 ** 17, D, F, 256, v5p, combine="sum").times.compute_bound
 
 
 # ---- pipeline --------------------------------------------------------------------------

@@ -127,7 +127,7 @@ register(ChoiceExercise(
     hints={"dp": "data parallelism keeps the whole 70B Adam state (16 bytes per parameter) "
                  "on every chip: it does not fit.",
            "fsdp": "1024 tokens per chip is below FSDP's threshold s C / (4 W_ici) on one axis.",
-           "none": "compare b = B / n with (s C / (2 W_ici))^2 / F, the 2D split's threshold."},
+           "none": "compare b = B / n with (s C / (4 W_ici))^2 / F, the 2D split's threshold."},
 ))
 
 
