@@ -309,8 +309,17 @@ class TrainingPlan:
 
     @property
     def bound(self) -> str:
-        """What takes the largest part of the step: "compute", "bubble", or the network
-        ("ici", "nvlink", "dcn") whose exposed collectives do."""
+        """What bounds the step. The worse pass first (chapter 5): a network on which a
+        pass waits longer than it computes bounds the step. Otherwise what takes the
+        largest part of the step: "compute", "bubble", or a network ("ici", "nvlink",
+        "dcn") for its exposed collectives."""
+        worst, ratio = None, 1.0
+        for pt in (self.forward, self.backward):
+            for k, v in pt.parts().items():
+                if k != "compute" and v / pt.compute > ratio:
+                    worst, ratio = k, v / pt.compute
+        if worst is not None:
+            return worst
         parts = self.breakdown
         return max(parts, key=parts.get)
 

@@ -60,8 +60,14 @@ def not_a_dict(model, chip, n, B):
 
 
 def comm_bound(model, chip, n, B):
-    # FSDP over all 128 GPUs, crossing the scale-out network for each of 4 microbatches
-    return dict(tp=1, fsdp=128, microbatches=4, remat="full") if chip == "gpu-h100" else \
+    # FSDP over 16 servers re-gathers the weights for each of 32 small microbatches
+    return dict(tp=8, fsdp=16, microbatches=32) if chip == "gpu-h100" else \
+        good_sharding(model, chip, n, B)
+
+
+def deep_pipeline(model, chip, n, B):
+    # the review's case: 8B on 256 v5p as TP 32 x FSDP 2 x PP 4 with one microbatch
+    return dict(tp=32, fsdp=2, pp=4) if (model, n) == ("llama3-8b", 256) else \
         good_sharding(model, chip, n, B)
 
 
@@ -69,12 +75,12 @@ RIGHT = {
     "6.1": 6 * N8 * 15e12,
     "6.2": 6 * N405 * 15.6e12 / (16384 * C_H100 * 0.40) / 86400,
     "6.3": math.ceil(16 * N405 / (0.9 * HBM_V5P)),
-    "6.4": 16 * N70 / 256 / 1e9,
+    "6.4": (4 / 256 + 12 / 1024) * N70 / 1e9,     # ZeRO-1: fp32 state over DP too
     "6.5": 2 * 0.75 * (2 * N70 / 8) / DCN_H100,
     "6.6": 15 / 79,
     "6.7": 6 * N405 * 2**24 / 7.0 / (16384 * C_H100),
     "6.8": 6 * N70 * 15e12 / (7.0e6 * 3600 * C_H100),
-    "6.9": "dcn",
+    "6.9": "dcn",                # 2 microbatches: each pass re-gathers the weights
     "6.11": good_sharding,
     "6.12": state_bytes,
 }
@@ -82,8 +88,8 @@ RIGHT = {
 WRONG = {
     "6.1": [2 * N8 * 15e12, 6 * N8 * 15e12 * 1.05, 6 * 8e9 * 15e12],
     "6.3": [math.ceil(16 * N405 / (0.9 * HBM_V5P)) - 1],
-    "6.9": ["compute", "nvlink"],
-    "6.11": [too_few_microbatches, wrong_product, not_a_dict],
+    "6.9": ["compute", "nvlink", "bubble"],
+    "6.11": [too_few_microbatches, wrong_product, not_a_dict, deep_pipeline],
     "6.12": [state_bytes_zero3_only],
 }
 
@@ -96,9 +102,11 @@ HINTS = {
             (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),
             (math.ceil(12 * N405 / (0.9 * HBM_V5P)), "12 bytes"),
             (math.ceil(16 * N405 / (0.9 * 95e9)), "95 GiB")],
-    "6.4": [((2 + 2) * N70 / 1e9 + 12 * N70 / 256 / 1e9, "ZeRO-1"),
-            (16 * N70 / 1e9, "divide by the 256"), (16 * N70 / 256 / 2**30, "GiB"),
-            (2 * N70 / 256 / 1e9, "bf16 weights alone")],
+    "6.4": [(16 * N70 / 256 / 1e9, "shards those 12 bytes over DP"),
+            (16 * N70 / 1024 / 1e9, "not over DP"),
+            ((4 / 32 + 12 / 128) * N70 / 1e9, "TP splits"),
+            (RIGHT["6.4"] * 1e9 / 2**30, "GiB"),
+            ((2 / 256 + 12 / 1024) * N70 / 1e9, "bf16 gradients")],
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
             (2 * (2 * N70 / 8) / DCN_H100, "(n-1)/n"),
             (RIGHT["6.5"] * DCN_H100 / (18 * 2.5e10), "scale-out network")],
@@ -108,43 +116,39 @@ HINTS = {
             (RIGHT["6.7"] * ATTN_405B_8K, "attention's FLOPs")],
     "6.8": [(RIGHT["6.8"] * 3600, "3600"), (RIGHT["6.8"] / 3, "not 2 N N_tok"),
             (RIGHT["6.8"] * 100, "percentage")],
-    "6.9": [("compute", "per network"), ("nvlink", "inside a server")],
+    "6.9": [("compute", "one pass's compute"), ("nvlink", "inside a server"),
+            ("bubble", "no pipeline")],
     "6.10": [],
     "6.11": [(not_a_dict, "return a dict"), (wrong_product, "must equal the number"),
-             (too_few_microbatches, "does not fit"), (comm_bound, "collectives take longer"),
+             (too_few_microbatches, "does not fit"), (comm_bound, "exposed collectives"),
+             (deep_pipeline, "pipeline idles"),
              (tp_too_wide, "fast domain")],
     "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes")],
 }
-# 6.10 depends on the planner's days at its bound and its MFU bound (both printed by the
-# chapter); at 40% MFU the same FLOPs take MFU bound / 0.40 as long, at $4.20 a chip-hour.
-def _plan_405b():
-    from scalebook import training
-    return training.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
-
-
-P405 = _plan_405b()
-BILL_BOUND = P405.days * 24 * 8192 * 4.20
-RIGHT["6.10"] = BILL_BOUND * P405.mfu / 0.40
-HINTS["6.10"] = [(BILL_BOUND, "at the plan's bound"), (RIGHT["6.10"] / 24, "x 24"),
-                 (RIGHT["6.10"] / 8192, "one chip"), (BILL_BOUND * 0.40, "other way round")]
+# 6.10: 6 N N_tok over one v5p's peak at 40% MFU, in chip-hours, at $4.20 a chip-hour
+C_V5P = 4.59e14
+RIGHT["6.10"] = 6 * N405 * 15.6e12 / (C_V5P * 0.40 * 3600) * 4.20
+HINTS["6.10"] = [(RIGHT["6.10"] * 8192, "does not depend on how many chips"),
+                 (RIGHT["6.10"] * 3600, "divide the chip-seconds"),
+                 (RIGHT["6.10"] * 0.16, "divide by 0.40"),
+                 (RIGHT["6.10"] * 0.40, "2.5 times"),
+                 (RIGHT["6.10"] * 15 / 15.6, "15.6T"),
+                 (RIGHT["6.10"] * ATTN_405B_8K, "attention's FLOPs")]
 HINTS = {k: v for k, v in HINTS.items() if v}
 
 globals().update(standard_tests(6, RIGHT, WRONG, HINTS, all_hints=True))
 
 
-def test_cost_of_the_chapter_plan():
-    # 6.10 depends on the planner's days at its bound; at 40% MFU the same FLOPs take
-    # MFU bound / 0.40 times as long; the bill is days x 24 x 8192 x $4.20
+def test_the_bill_does_not_depend_on_the_chip_count():
+    # the same FLOPs at the same MFU: the plans of 4096 and 8192 chips cost the same
     from scalebook import training
-    p = training.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
-    want = p.days * p.mfu / 0.40 * 24 * 8192 * 4.20
-    assert evaluate("6.10", want).correct
-    assert not evaluate("6.10", want * 1.03).correct
-    assert "bound" in evaluate("6.10", p.days * 24 * 8192 * 4.20).message
-    assert "x 24" in evaluate("6.10", want / 24).message
-    assert "one chip" in evaluate("6.10", want / 8192).message
-    assert "other way round" in evaluate("6.10", p.days * 0.40 * p.mfu * 24 * 8192 * 4.20
-                                         / p.mfu).message
+    bills = [training.plan_training("llama3-405b", "tpu-v5p", n, 2048 * 8192, 8192,
+                                    train_tokens=15.6e12) for n in (4096, 8192)]
+    for p in bills:
+        c = p.model_flops_per_step / p.global_batch_tokens / (6 * N405)   # attention's share
+        assert p.cost_at(0.40) == pytest.approx(RIGHT["6.10"] * c)
+    assert evaluate("6.10", RIGHT["6.10"]).correct
+    assert not evaluate("6.10", RIGHT["6.10"] * 1.03).correct
 
 
 def test_days_and_cost_at_an_assumed_mfu():

@@ -89,23 +89,30 @@ register(NumericExercise(
 
 
 # 6.4 ------------------------------------------------------------------------------------
-def _state_70b_fsdp256():
-    return par.training_memory_per_chip(_n("llama3-70b"), 256, 3).total / 1e9
+def _state_70b_zero1():
+    """TP 8 x FSDP 32 x DP 4 with ZeRO-1 on DP: bf16 weights and gradients over the 256
+    chips of one copy, fp32 master weights and moments over all 1024."""
+    m = tr.evaluate_plan("llama3-70b", "tpu-v5p", tp=8, fsdp=32, dp=4, zero=1,
+                         global_batch_tokens=128 * 8192, seq_len=8192).memory
+    return (m.weights + m.gradients + m.master_weights + m.optimizer) / 1e9
 
 
 register(NumericExercise(
-    id="6.4", title="70B state per chip under FSDP", unit="GB", rtol=0.02,
-    reference=_state_70b_fsdp256,
+    id="6.4", title="70B state per chip with ZeRO-1 on DP", unit="GB", rtol=0.02,
+    reference=_state_70b_zero1,
     hints=[
-        (lambda a: _close(a, par.training_memory_per_chip(_n("llama3-70b"), 256, 1).total / 1e9),
-         "that is ZeRO-1: FSDP (ZeRO-3) shards the bf16 weights and gradients too."),
-        (lambda a: _close(a, 16 * _n("llama3-70b") / 1e9), "that is the whole model's state: "
-                                                           "divide by the 256 chips."),
-        (lambda a: _close(a, 16 * _n("llama3-70b") / 256 / 2**30), "that is GiB; the answer "
-                                                                   "is in GB (1e9 bytes)."),
-        (lambda a: _close(a, 2 * _n("llama3-70b") / 256 / 1e9),
-         "that is the bf16 weights alone: the state is 16 bytes per parameter (weights, "
-         "gradients, fp32 master, two moments)."),
+        (lambda a: _close(a, 16 * _n("llama3-70b") / 256 / 1e9),
+         "that leaves the DP replicas each a whole copy of the fp32 master weights and Adam "
+         "moments: ZeRO-1 shards those 12 bytes over DP as well (all 1024 chips)."),
+        (lambda a: _close(a, 16 * _n("llama3-70b") / 1024 / 1e9),
+         "ZeRO-1 shards only the optimizer's fp32 state over DP; the bf16 weights and "
+         "gradients are split over TP x FSDP (256 chips), not over DP."),
+        (lambda a: _close(a, (4 / 32 + 12 / 128) * _n("llama3-70b") / 1e9),
+         "TP splits the parameters too: divide by TP x FSDP (x DP for the fp32 part)."),
+        (lambda a: _close(a, _state_70b_zero1() * 1e9 / 2**30),
+         "that is GiB; the answer is in GB (1e9 bytes)."),
+        (lambda a: _close(a, (2 / 256 + 12 / 1024) * _n("llama3-70b") / 1e9),
+         "add the bf16 gradients (2 bytes per parameter, over TP x FSDP like the weights)."),
     ],
 ))
 
@@ -191,40 +198,56 @@ register(NumericExercise(
 
 # 6.9 ------------------------------------------------------------------------------------
 def _bound_choice():
-    return tr.evaluate_plan("llama3-70b", "gpu-h100", tp=8, fsdp=16, dp=16,
+    return tr.evaluate_plan("llama3-70b", "gpu-h100", tp=8, fsdp=16, dp=16, microbatches=2,
                             global_batch_tokens=2**22, seq_len=8192).bound
 
 
 register(ChoiceExercise(
-    id="6.9", title="What bounds the H100 plan?", choices=("compute", "nvlink", "dcn"),
-    reference=_bound_choice,
-    hints={"compute": "compare the step's collectives per network with the compute: print "
-                      "the plan.",
-           "nvlink": "the TP collectives stay inside a server; which collectives leave it?"},
+    id="6.9", title="What bounds the H100 plan?",
+    choices=("compute", "bubble", "nvlink", "dcn"), reference=_bound_choice,
+    hints={"compute": "with one microbatch it would be; with two, each pass has half the "
+                      "compute but still gathers all of the stage's weights over FSDP: "
+                      "compare one pass's compute with its gathers.",
+           "bubble": "there is no pipeline here (PP 1), so no fill and drain.",
+           "nvlink": "the TP collectives are exposed, but they stay inside a server; "
+                     "which collectives leave it, and how often?"},
 ))
 
 
 # 6.10 -----------------------------------------------------------------------------------
-def _plan_405b():
-    return tr.plan_training("llama3-405b", "tpu-v5p", 8192, 2048 * 8192, 8192)
+def _flops_405b():
+    return 6 * _n("llama3-405b") * 15.6e12
 
 
 def _cost_405b():
-    """The bill at 40% MFU: the plan's days at its bound, stretched by its MFU bound / 0.40."""
-    return _plan_405b().cost_at(0.40)
+    """Chip-hours = FLOPs / (peak x MFU x 3600 s), whatever the number of chips."""
+    ch = get_chip("tpu-v5p")
+    return _flops_405b() / (ch.bf16_flops * 0.40 * 3600) * ch.price_per_hour
+
+
+def _with_attention():
+    c = get_model("llama3-405b")
+    return _cost_405b() * c.training_flops_per_token(8192, causal=True) / (6 * c.num_params())
 
 
 register(NumericExercise(
-    id="6.10", title="The bill for 405B at 40% MFU", unit="dollars", rtol=0.02,
+    id="6.10", title="The bill for 405B on v5p", unit="dollars", rtol=0.02,
     reference=_cost_405b,
     hints=[
-        (lambda a: _close(a, _plan_405b().cost), "that is the bill at the plan's bound (its "
-                                                 "MFU upper bound): at 40% MFU the same FLOPs "
-                                                 "take MFU bound / 0.40 times longer."),
-        (lambda a: _close(a, _cost_405b() / 24), "the price is per chip-hour: days x 24."),
-        (lambda a: _close(a, _cost_405b() / 8192), "that is one chip: multiply by the 8192."),
-        (lambda a: _close(a, _plan_405b().cost * 0.40), "the other way round: a lower MFU "
-                                                        "makes the run longer, so dearer."),
+        (lambda a: _close(a, _cost_405b() * 8192) or _close(a, _cost_405b() * 8960)
+         or _close(a, _cost_405b() * 6144),
+         "chip-hours = FLOPs / (one chip's peak x MFU x 3600 s) already count every chip: "
+         "the bill does not depend on how many chips share the work."),
+        (lambda a: _close(a, _cost_405b() * 3600), "the price is per chip-hour: divide the "
+                                                   "chip-seconds by 3600."),
+        (lambda a: _close(a, _cost_405b() * 0.40 ** 2), "a lower MFU makes the run longer, "
+                                                        "so dearer: divide by 0.40."),
+        (lambda a: _close(a, _cost_405b() * 0.40), "divide by the MFU of 0.40: at 40% of "
+                                                   "the peak the chips take 2.5 times as "
+                                                   "long."),
+        (lambda a: _close(a, _cost_405b() * 15 / 15.6), "the run is 15.6T tokens, not 15T."),
+        (lambda a: _close(a, _with_attention()),
+         "that counts attention's FLOPs at 8K too: the exercise counts 6N per token."),
     ],
 ))
 
@@ -232,7 +255,9 @@ register(NumericExercise(
 # 6.11 code: a sharding that fits and is compute-bound ------------------------------------
 _CASES_11 = [("llama3-70b", "gpu-h100", 128, 2**22), ("llama3-8b", "tpu-v5p", 256, 2**22),
              ("llama3-70b", "tpu-v5p", 1024, 2**22), ("llama3-405b", "tpu-v5p", 4096, 2**24)]
-_KEYS = ("tp", "fsdp", "pp", "dp", "microbatches", "remat")
+_DEFAULTS = dict(tp=1, fsdp=1, pp=1, dp=1, microbatches=1, remat="none",
+                 keep_weights=False, zero=0, interleave=1)
+_KEYS = tuple(_DEFAULTS)
 
 
 def _ref_11(model, chip, n, B):
@@ -243,7 +268,7 @@ def _plan_of(got, case):
     model, chip, n, B = case
     if not isinstance(got, dict) or set(got) - set(_KEYS) or not {"tp", "fsdp"} <= set(got):
         raise TypeError
-    kw = {k: got.get(k, d) for k, d in zip(_KEYS, (1, 1, 1, 1, 1, "none"))}
+    kw = {k: got.get(k, d) for k, d in _DEFAULTS.items()}
     return tr.evaluate_plan(model, chip, global_batch_tokens=B, seq_len=8192, **kw)
 
 
@@ -255,9 +280,13 @@ def _valid_11(got, case):
     return p
 
 
+_MAX_BUBBLE = 0.25          # the pipeline may idle at most this share of the step
+
+
 def _compare_11(got, want):
     p = _valid_11(got, want)
     return (p is not None and p.n_chips == want[2] and p.fits and p.bound == "compute"
+            and p.bubble <= _MAX_BUBBLE
             and p.degrees.tp <= (get_chip(want[1]).ici_domain_chips or p.n_chips))
 
 
@@ -284,6 +313,11 @@ def _tp_outside(got, want, args):
     return p is not None and p.degrees.tp > (get_chip(want[1]).ici_domain_chips or p.n_chips)
 
 
+def _bubbly(got, want, args):
+    p = _valid_11(got, want)
+    return p is not None and p.bubble > _MAX_BUBBLE
+
+
 def _comm_bound(got, want, args):
     p = _valid_11(got, want)
     return p is not None and p.bound != "compute"
@@ -295,7 +329,7 @@ register(CodeExercise(
     describe=lambda m, c, n, B: f"{m} on {n} x {c}, batch {B} tokens",
     hints=[
         (_bad_keys, "return a dict with keys tp and fsdp, and optionally pp, dp, "
-                    "microbatches, remat (nothing else)."),
+                    "microbatches, remat, keep_weights, zero, interleave (nothing else)."),
         (_invalid, "training.evaluate_plan refuses these degrees: run it on your dict to "
                    "see why (heads, F, layers and sequences must divide)."),
         (_bad_product, "tp x fsdp x pp x dp must equal the number of chips."),
@@ -303,9 +337,11 @@ register(CodeExercise(
                   "more (FSDP), add microbatches, or rematerialise."),
         (_tp_outside, "TP must stay inside one fast domain (8 GPUs on an H100 server): "
                       "its collectives run every layer."),
-        (_comm_bound, "it fits, but a network's collectives take longer than the compute: "
-                      "print the plan and move that traffic (less FSDP over the scale-out "
-                      "network, smaller TP)."),
+        (_bubbly, "the pipeline idles more than a quarter of the step (print the plan's "
+                  "bubble): give it more microbatches than stages, or fewer stages."),
+        (_comm_bound, "it fits, but exposed collectives take longer than the compute: "
+                      "print the plan's step line and move that traffic (fewer microbatches "
+                      "or kept weights for FSDP over the scale-out network, smaller TP)."),
     ],
 ))
 
