@@ -93,12 +93,13 @@ Formula or task -> function::
   ZeRO-0..3 memory per chip, largest model        parallelism.training_memory_per_chip (ChipMemory) / largest_model_per_chip
   Megatron TP times, largest TP degree, heads     parallelism.tp_mlp_layer_times / max_tp_degree / max_tp_degree_layer / tp_attention_check
   FSDP x TP times, optimal split, critical batch  parallelism.fsdp_tp_layer_times / optimal_fsdp_degree / fsdp_tp_critical_batch
-  pipeline bubble (P-1)/(N_mb+P-1), schedules     parallelism.bubble_fraction / pipeline_schedule (Schedule)
+  pipeline bubble (P-1)/(vN_mb+P-1), schedules    parallelism.bubble_fraction / pipeline_schedule (Schedule)
   MoE capacity, drops, critical batch, a2a bytes  parallelism.moe_capacity / tokens_dropped / moe_critical_batch / moe_all_to_all_bytes
   ring attention block to hide the K/V permute    parallelism.ring_attention_min_block
   values kept per remat policy, PCIe offload time parallelism.mlp_saved_elements / offload_time
   DP across slices over DCN: tokens per slice     parallelism.dcn_critical_batch_per_slice
   chips, sharding, days, cost of a training run  training.plan_training (TrainingPlan) / search_plans
+  a training step pass by pass, its parts, bound  training.evaluate_plan / TrainingPlan.breakdown / bound
   MFU from throughput or reported GPU-hours      training.mfu_from_throughput / mfu_from_gpu_hours
 """
 
