@@ -99,7 +99,7 @@ Formula or task -> function::
   values kept per remat policy, PCIe offload time parallelism.mlp_saved_elements / offload_time
   DP across slices over DCN: tokens per slice     parallelism.dcn_critical_batch_per_slice
   chips, sharding, days, cost of a training run  training.plan_training (TrainingPlan) / search_plans
-  a training step pass by pass, its parts, bound  training.evaluate_plan / TrainingPlan.breakdown / bound
+  a training step pass by pass, its parts, bound  training.evaluate_plan / TrainingPlan.breakdown
   MFU from throughput or reported GPU-hours      training.mfu_from_throughput / mfu_from_gpu_hours
 """
 

@@ -21,10 +21,10 @@ b = B / n of the notation page), N_mb microbatches of b_mb = b_copy / N_mb token
 parameters, s = 2 bytes (bf16), L layers, L_p = ceil(L / n_pp) layers per stage, the step
 is timed pass by pass (the model of How to Scale Your Model's training chapter):
 
-* each pass of one microbatch on one stage has its compute (its share of the training
-  FLOPs per token, models.training_flops_per_token, causal attention, at peak FLOP/s; the
-  backward pass is twice the forward, plus the recomputed forward of the layers under full
-  rematerialisation) and its collectives;
+* each pass of one microbatch on the busiest stage (ceil(L / P) layers and the output head)
+  has its compute (its share of the training FLOPs per token,
+  models.training_flops_per_token, causal attention, at peak FLOP/s; the backward pass is
+  twice the forward, plus what rematerialisation recomputes) and its collectives;
 * tp: per layer 2 all-gathers and 2 reduce-scatters of the activations [b_mb, D] in the
   forward (attention and MLP, Megatron with sequence parallelism), the same in the backward
   (and again in a rematerialised forward). They are *exposed* by default: a layer's matmul
@@ -42,11 +42,13 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   network queue behind each other, different networks run at once;
 * the step is the pipeline's: (N_mb + (n_pp - 1) / interleave) x (forward + backward pass),
   every stage idle in the bubble (n_pp - 1) / (interleave N_mb + n_pp - 1) of the time
-  (parallelism.bubble_fraction for interleave 1), plus whatever of the once-per-step
-  collectives outlasts the last backward pass they overlap: the dp all-reduce of each chip's
-  gradient shard N s / (n_tp n_pp n_fsdp) (ZeRO-1 or 2 on the dp axis,
-  ``zero=1`` or ``2``: a reduce-scatter and an all-gather of the same bytes) and, with kept
-  weights, the fsdp reduce-scatter (and, in the first forward pass, the all-gather);
+  (parallelism.bubble_fraction), plus whatever of the once-per-step collectives outlasts
+  the pass they overlap, queued on their network behind that pass's own collectives: the
+  dp all-reduce of each chip's gradient shard N s / (n_tp n_pp n_fsdp) after the last
+  backward pass (ZeRO-1 or 2 on the dp axis, ``zero=1`` or ``2``: a reduce-scatter there,
+  every microbatch's with ZeRO-2, and an all-gather of the updated shards before the first
+  forward pass) and, with kept weights, the fsdp reduce-scatter after the last backward
+  pass and the all-gather before the first forward pass;
 * on a GPU, a collective over a group that spans nodes runs in two levels: within each
   8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC
   (chapter 5's hierarchical collective).
@@ -303,7 +305,7 @@ class TrainingPlan:
         for extra, pt in ((self.step_start, self.forward), (self.step_end, self.backward)):
             e = _edge(extra, pt)
             if e:
-                net = max(extra, key=extra.get)
+                net = max(extra, key=lambda k: extra[k] + pt.networks.get(k, 0.0))
                 out[net] = out.get(net, 0.0) + e
         return out
 
@@ -399,10 +401,12 @@ class TrainingPlan:
                      + " + ".join(f"{k} {fmt_time(v)}" for k, v in self.breakdown.items()
                                   if v > 0))
         for name, pt in (("forward", self.forward), ("backward", self.backward)):
-            exp = "".join(f" + {k} {fmt_time(v)} exposed" for k, v in pt.exposed.items())
+            exp = ", ".join(f"{k} {fmt_time(v)}" for k, v in pt.exposed.items())
             nets = ", ".join(f"{k} {fmt_time(v)}" for k, v in pt.networks.items())
             lines.append(f"    {name} pass {fmt_time(pt.seconds)}: compute "
-                         f"{fmt_time(pt.compute)}{exp}" + (f"; all on {nets}" if nets else ""))
+                         f"{fmt_time(pt.compute)}" + (f" + exposed {exp}" if exp else ""))
+            if nets:
+                lines.append(f"      all its collectives: {nets}")
         if d.pp > 1:
             lines.append(f"    x {self.microbatches} microbatches + {d.pp - 1}"
                          + (f"/{self.interleave}" if self.interleave > 1 else "")
@@ -427,9 +431,10 @@ class TrainingPlan:
 
 
 def _edge(extra: dict, pass_time: PassTime) -> float:
-    """Seconds a once-per-step set of collectives outlasts the pass it overlaps."""
-    worst = max(extra.values(), default=0.0)
-    return max(0.0, worst - pass_time.seconds)
+    """Seconds a once-per-step set of collectives outlasts the pass it overlaps: on each
+    network it queues behind that pass's own collectives there."""
+    return max([0.0] + [sec + pass_time.networks.get(net, 0.0) - pass_time.seconds
+                        for net, sec in extra.items()])
 
 
 # ------------------------------------------------------------------------------------------
@@ -583,11 +588,13 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         net = nets[axis]
         return "nvlink" if net == "ici" and gpu else net
 
-    # compute of one microbatch on one stage (the heaviest: ceil(L / P) layers)
-    imbalance = deg.pp * L_p / c.n_layers
-    share = B / deg.n_chips * imbalance / M      # tokens' worth of work per chip per pass
-    fwd = c.forward_flops_per_token(S, causal=True) * share
-    extra = _remat_flops_per_token(c, S, remat) * share
+    # compute of one microbatch on the busiest stage: ceil(L / P) layers and the output
+    # head (the last stage; with P = 1 the whole model)
+    tokens = B * deg.pp / deg.n_chips / M        # tokens per chip per pass, one stage
+    head = 2 * c.param_breakdown().output_head
+    layer = (c.forward_flops_per_token(S, causal=True) - head) / c.n_layers
+    fwd = (L_p * layer + head) * tokens
+    extra = _remat_flops_per_token(c, S, remat) * L_p / c.n_layers * tokens
     peak = chip.bf16_flops
     comp_f, comp_b = fwd / peak, (2 * fwd + extra) / peak
 
@@ -669,10 +676,12 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
             if zero >= 2:   # gradients sharded: reduce-scatter each microbatch's
                 add(b_nets, net, rs)
                 colls.append(Collective("dp", "reduce-scatter", net, M * rs, M, g))
-                add(end, net, ag)
             else:
-                add(end, net, rs + ag)
+                add(end, net, rs)
                 colls.append(Collective("dp", "reduce-scatter", net, rs, 1, g))
+            # the updated shards are gathered after the optimizer step, before (and
+            # prefetched behind) the next step's first forward pass
+            add(start, net, ag)
             colls.append(Collective("dp", "all-gather", net, ag, 1, g))
         else:
             sec = t("all-reduce", g, "dp")
