@@ -435,6 +435,19 @@ _PREVIEW: dict[str, Chip] = {
     ),
 }
 
+# The H800: the H100's silicon with NVLink cut to 8 links (400 GB/s both ways, 200 GB/s per
+# direction) for export; DeepSeek-V3 trained on 2,048 of them. NVIDIA's own page for it is
+# not among this book's checked sources, so it is a preview: PREVIEW_CONFIDENCE says which
+# figure rests on what. Its compute and memory are the H100's (the same GH100 die).
+_h100 = _CHIPS["gpu-h100"]
+_PREVIEW["gpu-h800"] = dataclasses.replace(
+    _h100, name="gpu-h800", display_name="H800 SXM (preview)", ici_links=8,
+    price_per_hour=None,
+    notes="Preview: the H100 with 8 NVLink links; DeepSeek-V3 (§3.2.2) measures 160 GB/s "
+          "of NVLink and 50 GB/s of InfiniBand per GPU in its cluster.",
+    sources={**{k: v for k, v in _h100.sources.items() if k != "price_per_hour"},
+             "ici_links": "deepseekv3", "dcn_bandwidth": "deepseekv3"})
+
 PREVIEW_CONFIDENCE = {
     "tpu7x": {
         "bf16_flops": "high: Google's specification table (2,307 TFLOPs)",
@@ -451,6 +464,13 @@ PREVIEW_CONFIDENCE = {
         "tensorcores": "high: Google's page (two TensorCores and four SparseCores per chip)",
         "chips_per_host": "high: Google's page (4-chip VMs)",
         "ici_domain_chips": "high: Google's page (9,216 chips per pod)",
+    },
+    "gpu-h800": {
+        "bf16_flops": "medium: the H100's; the H800 is the same die, cut in NVLink and FP64 "
+                      "(secondary sources); DeepSeek-V3 reports no peak",
+        "ici_links": "medium: 8 NVLink 4 links, 400 GB/s both ways as NVIDIA lists the H800 "
+                     "(secondary sources); DeepSeek-V3 measures 160 GB/s achieved",
+        "dcn_bandwidth": "high: DeepSeek-V3 §3.2.2, 50 GB/s InfiniBand per GPU",
     },
 }
 

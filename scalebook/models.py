@@ -521,6 +521,9 @@ class MoEConfig:
     dense: TransformerConfig
     n_experts: int
     top_k: int
+    n_shared: int = 0            # experts every token meets as well (DeepSeek's shared)
+    dense_layers: int = 0        # the first layers keep one dense MLP of width dense_d_ff
+    dense_d_ff: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.dense, TransformerConfig):
@@ -529,19 +532,46 @@ class MoEConfig:
         k = check_positive_int("top_k", self.top_k)
         if k > E:
             raise ValueError(f"top_k={k} experts per token is more than n_experts={E}")
+        if isinstance(self.n_shared, bool) or not isinstance(self.n_shared, int) \
+                or self.n_shared < 0:
+            raise ValueError(f"n_shared must be an integer >= 0; got {self.n_shared!r}")
+        if isinstance(self.dense_layers, bool) or not isinstance(self.dense_layers, int) \
+                or not 0 <= self.dense_layers < self.dense.n_layers:
+            raise ValueError(f"dense_layers must be an integer from 0 to n_layers - 1 = "
+                             f"{self.dense.n_layers - 1}; got {self.dense_layers!r}")
+        if self.dense_d_ff is not None:
+            check_positive_int("dense_d_ff", self.dense_d_ff)
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is the experts: all but the first ``dense_layers``."""
+        return self.dense.n_layers - self.dense_layers
+
+    def expert_params(self) -> int:
+        """The routed experts' parameters, E gated MLPs in each MoE layer: the part expert
+        parallelism splits."""
+        return self.moe_layers * self.n_experts * self.dense.mlp_params_per_layer()
 
     @property
     def name(self) -> str:
         return self.dense.name
 
     def router_params(self) -> int:
-        """L D E: one [D, E] router per layer."""
-        return self.dense.n_layers * self.dense.d_model * self.n_experts
+        """L D E: one [D, E] router per MoE layer."""
+        return self.moe_layers * self.dense.d_model * self.n_experts
+
+    def _dense_mlp_extra(self) -> int:
+        """What the dense layers' own MLP width adds over the dense config's d_ff."""
+        c = self.dense
+        if not self.dense_layers or self.dense_d_ff is None:
+            return 0
+        return self.dense_layers * 3 * c.d_model * (self.dense_d_ff - c.d_ff)
 
     def _with_mlps(self, n_mlps: int) -> int:
         c = self.dense
-        return (c.num_params() + c.n_layers * (n_mlps - 1) * c.mlp_params_per_layer()
-                + self.router_params())
+        return (c.num_params()
+                + self.moe_layers * (n_mlps + self.n_shared - 1) * c.mlp_params_per_layer()
+                + self._dense_mlp_extra() + self.router_params())
 
     def total_params(self) -> int:
         """Every parameter: what the weights occupy in memory."""
@@ -556,8 +586,9 @@ class MoEConfig:
         """Active parameters that take part in a matmul (not the embedding lookup or the
         norms): 2 x this is the forward FLOPs per token of the weight matmuls."""
         c = self.dense
-        return (c.matmul_params() + c.n_layers * (self.top_k - 1) * c.mlp_params_per_layer()
-                + self.router_params())
+        return (c.matmul_params()
+                + self.moe_layers * (self.top_k + self.n_shared - 1)
+                * c.mlp_params_per_layer() + self._dense_mlp_extra() + self.router_params())
 
     def training_flops(self, tokens: float) -> float:
         """6 x active parameters x tokens (the 6 N N_tok rule with the active count)."""
@@ -583,6 +614,20 @@ MIXTRAL_8X7B = MoEConfig(
     TransformerConfig("mixtral-8x7b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
                       head_dim=128, d_ff=14336, vocab_size=32000, rope_theta=1e6),
     n_experts=8, top_k=2)
+
+
+# DeepSeek-V3 (arXiv:2412.19437, §2 and §4.2): 61 layers, D 7168, the first 3 dense (MLP
+# width 18432), the rest 256 routed experts of width 2048 plus 1 shared, top 8; vocabulary
+# 129,280, untied head. Its attention is multi-head latent attention (MLA), which
+# TransformerConfig does not describe; this stand-in is grouped-query attention with the
+# same parameters per layer (128 heads of 96, 8 KV heads: 187.2M against MLA's 187.1M), so
+# the totals are DeepSeek's 671B and 37B, but the attention's score and value FLOPs per key
+# are 4 x 128 x 96 where MLA's are 2 x 128 x (192 + 128) (see chapter 6). The
+# multi-token-prediction module (14B) is left out, as in the 671B.
+DEEPSEEK_V3 = MoEConfig(
+    TransformerConfig("deepseek-v3-gqa", n_layers=61, d_model=7168, n_heads=128,
+                      n_kv_heads=8, head_dim=96, d_ff=2048, vocab_size=129280),
+    n_experts=256, top_k=8, n_shared=1, dense_layers=3, dense_d_ff=18432)
 
 
 _MODELS = {

@@ -83,7 +83,7 @@ from . import collectives as _coll
 from . import parallelism as _par
 from . import roofline as _rl
 from .hardware import Chip, get_chip
-from .models import TransformerConfig, get_model
+from .models import MoEConfig, TransformerConfig, get_model
 from .units import GB, check_positive, fmt_bytes, fmt_time, sci
 
 __all__ = ["REMAT", "Degrees", "Memory", "Collective", "TrainingPlan", "InfeasiblePlan",
@@ -126,6 +126,7 @@ class Degrees:
     pp: int
     dp: int
     cp: int = 1
+    ep: int = 1         # expert parallelism: experts split over ep of the fsdp x dp chips
 
     @property
     def n_chips(self) -> int:
@@ -133,7 +134,8 @@ class Degrees:
 
     def __str__(self) -> str:
         cp = f" x CP {self.cp}" if self.cp > 1 else ""
-        return f"TP {self.tp}{cp} x FSDP {self.fsdp} x PP {self.pp} x DP {self.dp}"
+        ep = f" (EP {self.ep})" if self.ep > 1 else ""
+        return f"TP {self.tp}{cp} x FSDP {self.fsdp} x PP {self.pp} x DP {self.dp}{ep}"
 
 
 @dataclass(frozen=True)
@@ -207,11 +209,10 @@ class PassTime:
         """The pass split into "compute" and each network's share beyond it; adds up to
         :attr:`seconds`."""
         out = {"compute": self.compute}
-        if self.limit == "compute":
-            for net, sec in self.exposed.items():
-                out[net] = out.get(net, 0.0) + sec
-        else:
-            out[self.limit] = self.seconds - self.compute
+        for net, sec in self.exposed.items():
+            out[net] = out.get(net, 0.0) + sec
+        if self.limit != "compute":     # then the pass waits for that network's queue
+            out[self.limit] = out.get(self.limit, 0.0) + self.seconds - self.critical
         return out
 
 
@@ -247,6 +248,7 @@ class TrainingPlan:
     keep_weights: bool = False
     zero: int = 0
     interleave: int = 1
+    ep_overlap: bool = False
 
     @property
     def n_chips(self) -> int:
@@ -311,14 +313,15 @@ class TrainingPlan:
 
     @property
     def bound(self) -> str:
-        """What bounds the step. The worse pass first (chapter 5): a network on which a
-        pass waits longer than it computes bounds the step. Otherwise what takes the
-        largest part of the step: "compute", "bubble", or a network ("ici", "nvlink",
-        "dcn") for its exposed collectives."""
+        """What bounds the step. The worse pass first (chapter 5): a network whose
+        collectives in one pass take longer than the pass's compute bounds the step (the
+        one with the largest ratio). Otherwise what takes the largest part of the step:
+        "compute", "bubble", or a network ("ici", "nvlink", "dcn") for its exposed
+        collectives."""
         worst, ratio = None, 1.0
         for pt in (self.forward, self.backward):
-            for k, v in pt.parts().items():
-                if k != "compute" and v / pt.compute > ratio:
+            for k, v in pt.networks.items():
+                if v / pt.compute > ratio:
                     worst, ratio = k, v / pt.compute
         if worst is not None:
             return worst
@@ -373,19 +376,22 @@ class TrainingPlan:
         return [o for o, on in (("TP overlapped (collective matmul)", self.tp_overlap),
                                 ("weights kept gathered", self.keep_weights),
                                 (f"ZeRO-{self.zero} on dp", self.zero),
-                                (f"interleave {self.interleave}", self.interleave > 1)) if on]
+                                (f"interleave {self.interleave}", self.interleave > 1),
+                                ("EP all-to-all overlapped", self.ep_overlap)) if on]
 
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
-        lines = [f"{self.model} on {self.n_chips} x {self.chip}: {d}, "
-                 f"{self.microbatches} microbatch(es), remat {self.remat}"]
+        head = f"{self.model} on {self.n_chips} x {self.chip}: {d}, "
+        rest = f"{self.microbatches} microbatch(es), remat {self.remat}"
+        lines = [head + rest] if len(head + rest) <= 100 else [head.rstrip(", "),
+                                                               "  " + rest]
         if self.considered:
             lines.append(f"  (the fastest of {self.considered} configurations that fit)")
         opts = self.options()
         if opts:
             lines.append("  options: " + ", ".join(opts))
-        for axis in AXES:
-            if axis == "cp" and d.cp == 1:
+        for axis in AXES + ("ep",):
+            if axis in ("cp", "ep") and getattr(d, axis) == 1:
                 continue
             net = self.networks[axis]
             net = self.fast_network if net == "ici" else net
@@ -403,8 +409,11 @@ class TrainingPlan:
         for name, pt in (("forward", self.forward), ("backward", self.backward)):
             exp = ", ".join(f"{k} {fmt_time(v)}" for k, v in pt.exposed.items())
             nets = ", ".join(f"{k} {fmt_time(v)}" for k, v in pt.networks.items())
+            wait = (f" + waiting for {pt.limit} {fmt_time(pt.seconds - pt.critical)}"
+                    if pt.limit != "compute" else "")
             lines.append(f"    {name} pass {fmt_time(pt.seconds)}: compute "
-                         f"{fmt_time(pt.compute)}" + (f" + exposed {exp}" if exp else ""))
+                         f"{fmt_time(pt.compute)}" + (f" + exposed {exp}" if exp else "")
+                         + wait)
             if nets:
                 lines.append(f"      all its collectives: {nets}")
         if d.pp > 1:
@@ -473,6 +482,58 @@ def _tp_ok(c: TransformerConfig, tp: int) -> bool:
     return c.n_heads % tp == 0 and c.d_ff % tp == 0 and c.d_model % tp == 0
 
 
+class _MoEView:
+    """A MoEConfig seen through the TransformerConfig methods the planner uses: shapes and
+    attention from its dense config, parameters, FLOPs and activations with the experts
+    (k routed and the shared ones per token, all E in memory)."""
+
+    def __init__(self, moe: MoEConfig):
+        self.moe, self._base = moe, moe.dense
+
+    def __getattr__(self, name):
+        return getattr(self._base, name)
+
+    def num_params(self) -> int:
+        return self.moe.total_params()
+
+    def expert_params(self) -> int:
+        return self.moe.expert_params()
+
+    def forward_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        return (2 * self.moe.active_matmul_params()
+                + self._base.attention_flops_per_token(seq_len, causal))
+
+    def training_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        return 3 * self.forward_flops_per_token(seq_len, causal)
+
+    def training_memory(self):
+        return TransformerConfig.training_memory(self)
+
+    def _extra(self, kept_per_mlp: int) -> float:
+        """Elements per token an average layer keeps beyond the dense config's: the other
+        k + shared - 1 expert MLPs' kept values, and the dispatched and combined copies."""
+        m, b = self.moe, self._base
+        per_moe = (m.top_k + m.n_shared - 1) * kept_per_mlp * b.d_ff + 2 * m.top_k * b.d_model
+        dense = (m.dense_layers * kept_per_mlp * ((m.dense_d_ff or b.d_ff) - b.d_ff))
+        return (m.moe_layers * per_moe + dense) / b.n_layers
+
+    def activation_elements_per_layer_per_token(self) -> float:
+        return self._base.activation_elements_per_layer_per_token() + self._extra(3)
+
+    def saved_values_per_layer_per_token(self, policy: str) -> float:
+        return self._base.saved_values_per_layer_per_token(policy) + self._extra(2)
+
+    def activation_bytes_per_token(self, remat: bool = False) -> float:
+        b = self._base
+        layers = 1 if remat else b.n_layers
+        return b.activation_bytes_per_token(remat=remat) + 2 * layers * self._extra(3)
+
+
+def _experts(c) -> float:
+    """Routed-expert parameters (0 for a dense model)."""
+    return c.expert_params() if isinstance(c, _MoEView) else 0
+
+
 def _layout(chip, deg: Degrees):
     n = deg.n_chips
     inner = 1
@@ -481,6 +542,9 @@ def _layout(chip, deg: Degrees):
         k = getattr(deg, axis)
         inner *= k
         nets[axis] = _net_of(chip, inner, n) if k > 1 else "-"
+    if deg.ep > 1:      # the ep group: the innermost ep chips of the fsdp, then dp, axis
+        span = deg.tp * deg.cp * deg.ep * (deg.pp if deg.ep > deg.fsdp else 1)
+        nets["ep"] = _net_of(chip, span, n)
     return nets
 
 
@@ -507,7 +571,8 @@ def _activation_per_token(c: TransformerConfig, remat: str) -> float:
 
 def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str,
             zero: int = 0, keep_weights: bool = False) -> Memory:
-    N = c.num_params()
+    E_p = _experts(c)
+    N = c.num_params() - E_p              # what TP, PP and FSDP split (all of a dense model)
     L_p = math.ceil(c.n_layers / deg.pp)
     stage_params = N / (deg.tp * deg.pp)
     st = _par.training_memory_per_chip(stage_params, deg.fsdp, 3)
@@ -516,6 +581,13 @@ def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str,
         master, opt = master / deg.dp, opt / deg.dp
     if zero >= 2:
         grads = grads / deg.dp
+    weights = st.weights
+    if E_p:     # the experts: split over ep (and tp, pp), their fp32 state over the
+        # replicas too when FSDP or ZeRO shards state (each expert lives on dp fsdp / ep)
+        e = E_p / (deg.tp * deg.pp * deg.ep)
+        r = deg.dp * deg.fsdp // deg.ep if (zero or deg.fsdp > 1) else 1
+        weights, grads = weights + 2 * e, grads + 2 * e / (r if zero >= 2 else 1)
+        master, opt = master + 4 * e / r, opt + 8 * e / r
     if keep_weights and deg.fsdp > 1:    # the rest of the gathered stage, and its gradients
         buffer = 2 * 2 * stage_params * (deg.fsdp - 1) / deg.fsdp
     else:
@@ -526,7 +598,7 @@ def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str,
     head = (2 * c.d_model + c.vocab_size) * 2
     layers = (per_token - head) * L_p / c.n_layers
     act = (layers * in_flight + head) * b_mb / (deg.tp * deg.cp)
-    return Memory(st.weights, grads, master, opt, buffer, act)
+    return Memory(weights, grads, master, opt, buffer, act)
 
 
 def _timer(chip: Chip, deg: Degrees, nets: dict):
@@ -562,6 +634,22 @@ def _timer(chip: Chip, deg: Degrees, nets: dict):
     return seconds
 
 
+def _all_to_all(chip: Chip, deg: Degrees, nets: dict, nbytes: float) -> float:
+    """One all-to-all of ``nbytes`` per chip over the ep group. Within one fast domain,
+    collective_time's; a GPU group over several nodes sends each block straight to its
+    GPU, the (local - 1) / ep of them in the node over NVLink, the rest on the GPU's own
+    NIC (a rail-optimised fabric), one after the other."""
+    fast = _par.network(chip, "ici")
+    if nets["ep"] != "dcn":
+        return _coll.collective_time("all-to-all", nbytes, deg.ep, bandwidth=fast.bandwidth,
+                                     topology=fast.topology)
+    slow = _par.network(chip, "dcn")
+    node = chip.ici_domain_chips or 1
+    local = max(1, min(deg.ep, node // (deg.tp * deg.cp))) if chip.vendor == "NVIDIA" else 1
+    return (nbytes * (local - 1) / deg.ep / fast.bandwidth
+            + nbytes * (deg.ep - local) / deg.ep / slow.bandwidth)
+
+
 def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
     """Forward FLOPs per token recomputed in the backward pass: every layer's forward
     under "full", the attention matmuls under "selective" (the weight matmuls' outputs are
@@ -575,10 +663,11 @@ def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
 
 def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, S: int,
             M: int, remat: str, tp_overlap: bool, keep_weights: bool, zero: int,
-            interleave: int):
+            interleave: int, ep_overlap: bool = False):
     """(forward PassTime, backward PassTime, step_start, step_end, collectives per step)."""
     s = 2
-    N = c.num_params()
+    E_p = _experts(c)
+    N = c.num_params() - E_p          # TP/PP/FSDP-split parameters; experts apart
     L_p = math.ceil(c.n_layers / deg.pp)
     b_mb = B / (deg.dp * deg.fsdp) / M            # tokens of one microbatch of one copy
     t = _timer(chip, deg, nets)
@@ -664,6 +753,34 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         n = 2 * M * interleave
         colls.append(Collective("pp", "collective-permute", net,
                                 n * t("collective-permute", a, "pp"), n, a))
+    if deg.ep > 1:
+        # each MoE layer sends every token's k copies to their experts and back (dispatch,
+        # combine) in the forward, and the gradients the same way in the backward
+        m = c.moe
+        a2a = b_mb / (deg.cp * deg.tp) * m.top_k * c.d_model * s
+        t_a2a = _all_to_all(chip, deg, nets, a2a)
+        moe_l = L_p * m.moe_layers / c.n_layers        # MoE layers of the busiest stage
+        n_f = 2 * moe_l
+        n_b = 2 * moe_l + (2 * moe_l if remat == "full" else 0)
+        net = netname("ep")
+        add(f_nets, net, n_f * t_a2a)
+        add(b_nets, net, n_b * t_a2a)
+        if not ep_overlap:      # the experts wait for their tokens
+            add(f_exp, net, n_f * t_a2a)
+            add(b_exp, net, n_b * t_a2a)
+        n = round((n_f + n_b) * M)
+        colls.append(Collective("ep", "all-to-all", net, n * t_a2a, n, a2a))
+    if E_p:
+        # the experts' gradients: summed over the dp fsdp / ep chips holding each expert
+        r = deg.dp * deg.fsdp // deg.ep
+        if r > 1:
+            ge = E_p * s / (deg.tp * deg.pp * deg.ep)
+            net = "dcn" if "dcn" in nets.values() else ("nvlink" if gpu else "ici")
+            slow = _par.network(chip, "dcn" if net == "dcn" else "ici")
+            ar = _coll.collective_time("all-reduce", ge, r, bandwidth=slow.bandwidth,
+                                       topology=slow.topology)
+            add(end, net, ar)
+            colls.append(Collective("ep", "all-reduce", net, ar, 1, ge))
     g = N * s / (deg.tp * deg.pp * deg.fsdp)      # each chip's gradient shard
     if deg.cp > 1:      # the cp ranks saw different tokens: sum their gradients
         ar = t("all-reduce", g, "cp")
@@ -699,6 +816,9 @@ def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
     r["cp"] = ("fixed by the caller" if "cp" in fixed else
                "splits each sequence; keys and values gathered every layer"
                if deg.cp > 1 else "not used")
+    r["ep"] = ("fixed by the caller" if "ep" in fixed else
+               "splits the experts over the data chips; tokens sent to them and back"
+               if deg.ep > 1 else "not used")
     r["fsdp"] = ("fixed by the caller" if "fsdp" in fixed else
                  "shards weights, gradients, Adam state" if deg.fsdp > 1 else "not used")
     r["pp"] = ("fixed by the caller" if "pp" in fixed else
@@ -711,11 +831,12 @@ def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
 
 
 def _check_model_chip(model, chip):
-    if type(model).__name__ == "MoEConfig":
-        raise ValueError(f"the training planner plans dense models; {model.name!r} is a "
-                         f"mixture of experts (MoEConfig), which it does not plan yet: "
-                         f"price its layers with parallelism.moe_layer_times")
-    c = get_model(model)
+    if isinstance(model, _MoEView):
+        c = model
+    elif isinstance(model, MoEConfig):
+        c = _MoEView(model)
+    else:
+        c = get_model(model)
     ch = get_chip(chip)
     return c, ch
 
@@ -743,13 +864,13 @@ def _check_options(remat, zero, interleave, hbm_fraction):
 
 
 def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleave, f,
-           train_tokens, fixed, considered, mem=None) -> TrainingPlan:
+           train_tokens, fixed, considered, mem=None, ep_overlap=False) -> TrainingPlan:
     """A plan from checked inputs."""
     nets = _layout(ch, deg)
     if mem is None:
         mem = _memory(c, deg, B / (deg.dp * deg.fsdp) / M, M, remat, zero, keep_weights)
     fwd, bwd, start, end, colls = _passes(c, ch, deg, nets, B, S, M, remat, tp_overlap,
-                                          keep_weights, zero, interleave)
+                                          keep_weights, zero, interleave, ep_overlap)
     L_p = math.ceil(c.n_layers / deg.pp)
     imbalance = deg.pp * L_p / c.n_layers
     notes = []
@@ -775,13 +896,14 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici",
         step_start=start, step_end=end, tp_overlap=bool(tp_overlap),
         keep_weights=bool(keep_weights and deg.fsdp > 1), zero=zero if deg.dp > 1 else 0,
-        interleave=interleave)
+        interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1))
 
 
 def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, cp: int = 1,
-                  global_batch_tokens: int, seq_len: int, microbatches: int = 1,
+                  ep: int = 1, global_batch_tokens: int, seq_len: int, microbatches: int = 1,
                   remat: str = "none", tp_overlap: bool = False, keep_weights: bool = False,
-                  zero: int = 0, interleave: int = 1, train_tokens: float = 15e12,
+                  zero: int = 0, interleave: int = 1, ep_overlap: bool = False,
+                  train_tokens: float = 15e12,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, _fixed=None,
                   _considered: int = 0) -> TrainingPlan:
     """The plan for one given configuration (it may not fit: see ``plan.fits``).
@@ -790,13 +912,17 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     attention) or "full"; ``tp_overlap``: hide the TP collectives behind the matmuls with a
     collective matmul (at best; default: exposed); ``keep_weights``: gather the FSDP
     weights once per step and keep them; ``zero``: 0, 1 or 2, the ZeRO stage of the dp
-    axis; ``interleave``: virtual pipeline stages per chip; ``cp``: context parallelism.
+    axis; ``interleave``: virtual pipeline stages per chip; ``cp``: context parallelism;
+    ``ep``: expert parallelism for a :class:`~scalebook.models.MoEConfig` (the experts
+    split over ep of the fsdp x dp chips, tokens sent to them by all-to-all, exposed unless
+    ``ep_overlap``, as DualPipe overlaps one microbatch's with another's compute).
     Refuses degrees that do not divide the model (heads, F, layers), the sequence (cp) or
     the batch (whole sequences per data shard and per microbatch)."""
     c, ch = _check_model_chip(model, chip)
     B, S = _check_batch(c, global_batch_tokens, seq_len)
     deg = Degrees(_int("tp", tp), _int("fsdp", fsdp), _int("pp", pp), _int("dp", dp),
-                  _int("cp", cp))
+                  _int("cp", cp), _int("ep", ep))
+    _check_ep(c, deg)
     M = _int("microbatches", microbatches)
     interleave, f = _check_options(remat, zero, interleave, hbm_fraction)
     if not _tp_ok(c, deg.tp):
@@ -819,7 +945,20 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
                          f"into {M} microbatches")
     tokens = check_positive("train_tokens", train_tokens)
     return _warned(_build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero,
-                          interleave, f, tokens, _fixed, _considered))
+                          interleave, f, tokens, _fixed, _considered,
+                          ep_overlap=ep_overlap))
+
+
+def _check_ep(c, deg: Degrees) -> None:
+    if deg.ep == 1:
+        return
+    if not isinstance(c, _MoEView):
+        raise ValueError(f"ep={deg.ep}: expert parallelism needs a mixture-of-experts model "
+                         f"(a MoEConfig); {c.name} is dense")
+    E, data = c.moe.n_experts, deg.dp * deg.fsdp
+    if E % deg.ep or data % deg.ep:
+        raise ValueError(f"ep={deg.ep} must divide the {E} experts and the dp x fsdp = {data} "
+                         f"data chips it is carved from")
 
 
 def _warned(plan: TrainingPlan) -> TrainingPlan:
@@ -845,7 +984,7 @@ def check_plan(plan: TrainingPlan) -> None:
 # the search
 # ------------------------------------------------------------------------------------------
 
-_PINNABLE = ("tp", "cp", "fsdp", "pp", "dp", "microbatches")
+_PINNABLE = ("tp", "cp", "fsdp", "pp", "dp", "ep", "microbatches")
 
 
 def _candidates(c, ch, n, S, seqs, fixed):
@@ -870,10 +1009,18 @@ def _candidates(c, ch, n, S, seqs, fixed):
                         continue
                     if seqs % (dp * fsdp):
                         continue
-                    deg = Degrees(tp, fsdp, pp, dp, cp)
-                    if ch.dcn_bandwidth is None and "dcn" in _layout(ch, deg).values():
-                        continue            # no scale-out figure: only one fast domain
-                    yield deg
+                    if isinstance(c, _MoEView):
+                        E = c.moe.n_experts
+                        eps = [e for e in _divisors(dp * fsdp) if E % e == 0]
+                    else:
+                        eps = [1]
+                    for ep in eps:
+                        if "ep" in fixed and ep != fixed["ep"]:
+                            continue
+                        deg = Degrees(tp, fsdp, pp, dp, cp, ep)
+                        if ch.dcn_bandwidth is None and "dcn" in _layout(ch, deg).values():
+                            continue        # no scale-out figure: only one fast domain
+                        yield deg
 
 
 def _quick_step(fwd: PassTime, bwd: PassTime, start, end, M, P, v) -> float:
@@ -888,7 +1035,8 @@ def _choices(value, default):
 def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: int, *,
                  remat: str | None = None, tp_overlap: bool = False,
                  keep_weights: bool | None = None, zero: int | None = None,
-                 interleave: int = 1, hbm_fraction: float = DEFAULT_HBM_FRACTION,
+                 interleave: int = 1, ep_overlap: bool = False,
+                 hbm_fraction: float = DEFAULT_HBM_FRACTION,
                  train_tokens: float = 15e12, **fixed) -> tuple[list, TrainingPlan | None]:
     """Every configuration's best plan: (fitting plans sorted by step time, the closest
     non-fitting plan or None).
@@ -897,8 +1045,8 @@ def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: i
     kept gathered or not, and takes the first remat policy ("none", "selective", "full")
     and ZeRO stage on dp (1, then 2; 0 has ZeRO-1's time and more memory) that fit.
     ``remat``, ``keep_weights`` and ``zero`` pin those; ``tp_overlap`` and ``interleave``
-    are the caller's assumptions; ``fixed`` may pin tp, cp, fsdp, pp, dp or microbatches
-    (cp is 1 unless pinned)."""
+    are the caller's assumptions, and ``ep_overlap``; ``fixed`` may pin tp, cp, fsdp, pp,
+    dp, ep or microbatches (cp is 1 unless pinned; ep is searched for a MoEConfig)."""
     c, ch = _check_model_chip(model, chip)
     n = _int("n_chips", n_chips)
     B, S = _check_batch(c, global_batch_tokens, seq_len)
@@ -944,7 +1092,8 @@ def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: i
                                 closest = (mem.total, deg, M, r, keep, z)
                             continue
                         fwd, bwd, start, end, _ = _passes(c, ch, deg, nets, B, S, M, r,
-                                                          tp_overlap, keep, z, interleave)
+                                                          tp_overlap, keep, z, interleave,
+                                                          ep_overlap)
                         key = (_quick_step(fwd, bwd, start, end, M, deg.pp, interleave),
                                mem.total)
                         if best is None or key < best[0]:
@@ -956,20 +1105,20 @@ def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: i
         if best is not None:
             _, M, keep, r, z, mem = best
             fits.append(_build(c, ch, deg, B, S, M, r, tp_overlap, keep, z, interleave, f,
-                               tokens, axes, 0, mem))
+                               tokens, axes, 0, mem, ep_overlap))
     fits.sort(key=lambda p: (p.step_seconds, p.memory.total))
     best_bad = None
     if closest is not None:
         _, deg, M, r, keep, z = closest
         best_bad = _build(c, ch, deg, B, S, M, r, tp_overlap, keep, z, interleave, f, tokens,
-                          axes, 0)
+                          axes, 0, ep_overlap=ep_overlap)
     return fits, best_bad
 
 
 def plan_training(model, chip, n_chips: int, global_batch_tokens: int, seq_len: int, *,
                   train_tokens: float = 15e12, remat: str | None = None,
                   tp_overlap: bool = False, keep_weights: bool | None = None,
-                  zero: int | None = None, interleave: int = 1,
+                  zero: int | None = None, interleave: int = 1, ep_overlap: bool = False,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, **fixed) -> TrainingPlan:
     """The fastest configuration that fits (see the module docstring for the model).
 
@@ -980,7 +1129,8 @@ def plan_training(model, chip, n_chips: int, global_batch_tokens: int, seq_len: 
     ``fixed``: pin any of tp, cp, fsdp, pp, dp, microbatches. Raises
     :class:`InfeasiblePlan` when nothing fits, with what would."""
     opts = dict(remat=remat, tp_overlap=tp_overlap, keep_weights=keep_weights, zero=zero,
-                interleave=interleave, hbm_fraction=hbm_fraction, train_tokens=train_tokens)
+                interleave=interleave, ep_overlap=ep_overlap, hbm_fraction=hbm_fraction,
+                train_tokens=train_tokens)
     fits, closest = search_plans(model, chip, n_chips, global_batch_tokens, seq_len,
                                  **opts, **fixed)
     if fits:
@@ -1064,6 +1214,10 @@ def _infeasible_message(c, ch, n, B, S, opts, fixed, closest) -> str:
 def _flops_per_token(model, seq_len):
     if isinstance(model, numbers.Real) and not isinstance(model, bool):
         return 6 * check_positive("n_params", model)
+    if isinstance(model, MoEConfig):
+        if seq_len is None:
+            return 6 * model.active_params()
+        return _MoEView(model).training_flops_per_token(_int("seq_len", seq_len), True)
     c = get_model(model)
     if seq_len is None:
         return 6 * c.num_params()

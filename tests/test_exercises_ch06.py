@@ -32,6 +32,14 @@ def state_bytes_12(n_params, tp, fsdp, pp):             # no bf16 copy nor gradi
     return 12 * n_params / (tp * fsdp * pp)
 
 
+def state_bytes_no_pp(n_params, tp, fsdp, pp):          # forgot the pipeline
+    return 16 * n_params / (tp * fsdp)
+
+
+def state_bytes_bf16_whole(n_params, tp, fsdp, pp):     # bf16 weights not sharded
+    return (2 + 14 / fsdp) * n_params / (tp * pp)
+
+
 def good_sharding(model, chip, n, B):
     # hand-picked: TP inside a server or a small ICI group, FSDP for the rest
     table = {("llama3-70b", "gpu-h100", 128): dict(tp=8, fsdp=8, dp=2, microbatches=16),
@@ -110,7 +118,7 @@ HINTS = {
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
             (2 * (2 * N70 / 8) / DCN_H100, "(n-1)/n"),
             (RIGHT["6.5"] * DCN_H100 / (18 * 2.5e10), "scale-out network")],
-    "6.6": [(15 / 64, "useful work"), (64 / 79, "busy fraction")],
+    "6.6": [(15 / 64, "useful work"), (64 / 79, "busy fraction"), (16 / 80, "not P")],
     "6.7": [(RIGHT["6.7"] / 3, "not 2N"), (RIGHT["6.7"] * 16384, "all 16,384"),
             (RIGHT["6.7"] * 100, "percentage"),
             (RIGHT["6.7"] * ATTN_405B_8K, "attention's FLOPs")],
@@ -123,7 +131,8 @@ HINTS = {
              (too_few_microbatches, "does not fit"), (comm_bound, "exposed collectives"),
              (deep_pipeline, "pipeline idles"),
              (tp_too_wide, "fast domain")],
-    "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes")],
+    "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes"),
+             (state_bytes_no_pp, "divide by pp"), (state_bytes_bf16_whole, "ZeRO-3 shards")],
 }
 # 6.10: 6 N N_tok over one v5p's peak at 40% MFU, in chip-hours, at $4.20 a chip-hour
 C_V5P = 4.59e14

@@ -422,3 +422,64 @@ def test_an_axis_beyond_the_largest_slice_runs_on_the_dcn():
     q = tr.evaluate_plan("llama3-70b", "tpu-v5p", tp=8, fsdp=8, dp=96,
                                global_batch_tokens=768 * 8192, seq_len=8192)
     assert q.networks["dp"] == "ici"                 # 6,144 chips: one slice
+
+
+# ---- mixture of experts: expert parallelism ---------------------------------------------
+
+def test_deepseek_v3_parameters_by_hand():
+    from scalebook.models import DEEPSEEK_V3 as ds
+    D, F, E, L = 7168, 2048, 256, 61
+    mlp = 3 * D * F
+    attn = 2 * D * (128 * 96) + 2 * D * (8 * 96)          # the GQA stand-in
+    embed = 129280 * D
+    dense_mlp = 3 * D * 18432
+    total = (L * (attn + 2 * D) + 3 * dense_mlp + 58 * ((E + 1) * mlp + D * E)
+             + 2 * embed + D)
+    active = (L * (attn + 2 * D) + 3 * dense_mlp + 58 * ((8 + 1) * mlp + D * E)
+              + 2 * embed + D)
+    assert ds.total_params() == total and ds.active_params() == active
+    assert ds.expert_params() == 58 * E * mlp
+    assert round(total / 1e9) == 671 and round(active / 1e9) == 38   # DeepSeek: 671B, 37B
+
+
+def test_expert_parallel_all_to_all_and_memory_by_hand():
+    from scalebook import hardware
+    from scalebook.models import DEEPSEEK_V3 as ds
+    h800 = hardware.preview_chip("gpu-h800")
+    B, M = 15360 * 4096, 120
+    kw = dict(tp=1, fsdp=128, pp=16, global_batch_tokens=B, seq_len=4096, microbatches=M,
+              keep_weights=True)
+    p = tr.evaluate_plan(ds, h800, ep=64, **kw)
+    # one all-to-all: each GPU's 4096 tokens of a microbatch, 8 copies of [D] in bf16;
+    # 7 of 64 peers in its node (NVLink, 200 GB/s), 56 on other nodes (InfiniBand 50 GB/s)
+    a2a = 4096 * 8 * 7168 * 2
+    t = a2a * 7 / 64 / 2e11 + a2a * 56 / 64 / 5e10
+    by = {(c.axis, c.kind): c for c in p.collectives}
+    assert by["ep", "all-to-all"].nbytes == a2a
+    moe_layers = 4 * 58 / 61                     # of the busiest stage's 4 layers
+    assert p.forward.exposed["dcn"] == pytest.approx(2 * moe_layers * t)
+    # experts: split over EP 64 and the 16 stages, 4 bytes resident, the fp32 state also
+    # over the 2 GPUs that hold each expert
+    e = ds.expert_params() / (16 * 64)
+    rest = (ds.total_params() - ds.expert_params()) / 16 / 128
+    assert p.memory.weights == pytest.approx(2 * rest + 2 * e)
+    assert p.memory.optimizer == pytest.approx(8 * rest + 8 * e / 2)
+    # no expert parallelism: the experts stay where the tokens are, nothing to send
+    q = tr.evaluate_plan(ds, h800, ep=1, **kw)
+    assert ("ep", "all-to-all") not in {(c.axis, c.kind) for c in q.collectives}
+    assert q.memory.weights > p.memory.weights
+    # overlapped (DualPipe): the all-to-alls queue on the network instead
+    o = tr.evaluate_plan(ds, h800, ep=64, ep_overlap=True, **kw)
+    assert "dcn" not in o.forward.exposed and o.step_seconds < p.step_seconds
+
+
+def test_expert_parallelism_is_refused_where_it_cannot_be():
+    from scalebook.models import DEEPSEEK_V3 as ds
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        tr.evaluate_plan("llama3-8b", h100, tp=1, fsdp=8, ep=2, global_batch_tokens=8 * 8192,
+                         seq_len=8192)
+    with pytest.raises(ValueError, match="ep=3 must divide"):
+        tr.evaluate_plan(ds, h100, tp=1, fsdp=12, pp=16, ep=3, global_batch_tokens=12 * 4096,
+                         seq_len=4096)
+    assert tr.mfu_from_gpu_hours(ds, 14.8e12, 2.664e6, h100) == pytest.approx(
+        6 * ds.active_params() * 14.8e12 / (2.664e6 * 3600 * 9.89e14))

@@ -156,6 +156,9 @@ register(NumericExercise(
                                              "divide by N_mb + P - 1."),
         (lambda a: _close(a, 1 - _bubble(), 0.01), "that is the busy fraction; the bubble "
                                                    "is the idle part."),
+        (lambda a: _close(a, 16 / (64 + 16), 0.01), "the fill and drain are P - 1 = 15 "
+                                                    "pass slots, not P: (P - 1) / "
+                                                    "(N_mb + P - 1)."),
     ],
 ))
 
@@ -360,6 +363,14 @@ register(CodeExercise(
     hints=[
         (lambda got, want, args: _close(got, 16 * args[0] / args[2], 1e-6),
          "TP and PP split the parameters too: divide by tp x fsdp x pp."),
+        (lambda got, want, args: args[3] > 1 and _close(got, 16 * args[0] / (args[1]
+                                                                         * args[2]), 1e-6),
+         "the pipeline splits the layers, so each stage holds 1/pp of the parameters: "
+         "divide by pp too."),
+        (lambda got, want, args: _close(got, (2 + 14 / args[2]) * args[0]
+                                        / (args[1] * args[3]), 1e-6),
+         "ZeRO-3 shards the bf16 weights over FSDP too, not only the gradients and the "
+         "fp32 state."),
         (lambda got, want, args: _close(got, 12 * args[0] / (args[1] * args[2] * args[3]),
                                         1e-6),
          "12 bytes is the fp32 master weights and Adam moments: add the bf16 weights and "
