@@ -286,6 +286,8 @@ def dp_layer_times(D: int, F: int, b: float, n_dp, chip, *, network_kind: str = 
     D, F, b = _mlp_dims(D, F, b)
     axes = _axes("n_dp", n_dp)
     net = network(chip, network_kind)
+    if net.topology != "torus":            # one NIC (or one switch port set) per chip
+        axes = (math.prod(axes),)
     s = check_positive("bytes_per_element", bytes_per_element)
     fwd = _rl.compute_time(4 * b * D * F, chip)
     return LayerTimes("dp", fwd, 0.0, 2 * fwd, _ctime("all-reduce", 2 * D * F * s, axes, net))
@@ -349,8 +351,10 @@ def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, shape=None,
     else:
         m, sizes = None, (None,) * k
     frac = 1.0 if m is None else (m - 1) / m
-    if net.topology == "switch":
-        links = 1                          # the switch's W is already all of a GPU's links
+    if net.topology != "torus":
+        # a GPU's NVSwitch W is already all its links; on the DCN each chip has one NIC,
+        # however many mesh axes the data axis spans
+        links = 1
     else:
         links = sum(_coll.links_per_device(net.topology, a) for a in sizes
                     if a is None or a > 1)

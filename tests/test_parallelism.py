@@ -473,3 +473,14 @@ def test_max_tp_degree_two_chips_have_one_link():
     t = par.tp_mlp_layer_times(1024, 512, F - F % 2, 2, v5p)
     assert t.comm_forward > t.compute_forward     # the exact time agrees: 2 chips wait
     assert par.max_tp_degree(14336, v5p, matmuls=3) == 10          # unaffected above 2
+
+
+def test_the_dcn_has_one_link_per_chip_whatever_the_mesh_shape():
+    # one NIC per chip: a data axis over a 4 x 4 mesh of slices still sends on one link;
+    # b* = (n-1)/n s C / (2 W) with W the v5p's 6.25e9 B/s of DCN
+    want = (15 / 16) * 2 * 4.59e14 / (2 * 6.25e9)
+    assert par.data_parallel_critical_batch("tpu-v5p", shape=(4, 4), network_kind="dcn") \
+        == pytest.approx(want)
+    one = par.dp_layer_times(8192, 28672, 4096, 16, "tpu-v5p", network_kind="dcn")
+    two = par.dp_layer_times(8192, 28672, 4096, (4, 4), "tpu-v5p", network_kind="dcn")
+    assert two.comm_backward == pytest.approx(one.comm_backward)
