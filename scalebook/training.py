@@ -81,10 +81,9 @@ from dataclasses import dataclass, field
 
 from . import collectives as _coll
 from . import parallelism as _par
-from . import roofline as _rl
 from .hardware import Chip, get_chip
 from .models import MoEConfig, TransformerConfig, get_model
-from .units import GB, check_positive, fmt_bytes, fmt_time, sci
+from .units import check_positive, fmt_bytes, fmt_time, sci
 
 __all__ = ["REMAT", "Degrees", "Memory", "Collective", "TrainingPlan", "InfeasiblePlan",
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
@@ -285,9 +284,8 @@ class TrainingPlan:
     def step_seconds(self) -> float:
         """slots x (forward + backward pass), plus what the once-per-step collectives add
         beyond the pass they overlap (the first forward, the last backward)."""
-        return (self.slots * self.pass_pair_seconds
-                + _edge(self.step_start, self.forward)
-                + _edge(self.step_end, self.backward))
+        return _step_time(self.forward, self.backward, self.step_start, self.step_end,
+                          self.microbatches, self.degrees.pp, self.interleave)
 
     @property
     def compute_seconds(self) -> float:
@@ -437,6 +435,13 @@ class TrainingPlan:
                      + ("" if at is None else f", ${sci(at)}"))
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def _step_time(fwd: PassTime, bwd: PassTime, start: dict, end: dict, M: int, P: int,
+               v: int) -> float:
+    """(N_mb + (P - 1) / v) pass pairs, plus what the once-per-step collectives add."""
+    return ((M + (P - 1) / v) * (fwd.seconds + bwd.seconds)
+            + _edge(start, fwd) + _edge(end, bwd))
 
 
 def _edge(extra: dict, pass_time: PassTime) -> float:
@@ -808,26 +813,23 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
             start, end, tuple(colls))
 
 
+# why each axis is used (or not): (when its degree is above 1, when it is 1)
+_REASONS = {
+    "tp": ("splits heads and F; activations move every layer",
+           "not needed: FSDP and the batch carry the chips"),
+    "cp": ("splits each sequence; keys and values gathered every layer", "not used"),
+    "ep": ("splits the experts over the data chips; tokens sent to them and back",
+           "not used"),
+    "fsdp": ("shards weights, gradients, Adam state", "not used"),
+    "pp": ("splits the layers; sends activations between stages",
+           "not needed: state and activations fit without it"),
+    "dp": ("replicas; one gradient reduction per step", "not used"),
+}
+
+
 def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
-    r = {}
-    r["tp"] = ("fixed by the caller" if "tp" in fixed else
-               "splits heads and F; activations move every layer"
-               if deg.tp > 1 else "not needed: FSDP and the batch carry the chips")
-    r["cp"] = ("fixed by the caller" if "cp" in fixed else
-               "splits each sequence; keys and values gathered every layer"
-               if deg.cp > 1 else "not used")
-    r["ep"] = ("fixed by the caller" if "ep" in fixed else
-               "splits the experts over the data chips; tokens sent to them and back"
-               if deg.ep > 1 else "not used")
-    r["fsdp"] = ("fixed by the caller" if "fsdp" in fixed else
-                 "shards weights, gradients, Adam state" if deg.fsdp > 1 else "not used")
-    r["pp"] = ("fixed by the caller" if "pp" in fixed else
-               "splits the layers; sends activations between stages"
-               if deg.pp > 1 else "not needed: state and activations fit without it")
-    r["dp"] = ("fixed by the caller" if "dp" in fixed else
-               "replicas; one gradient reduction per step"
-               if deg.dp > 1 else "not used")
-    return r
+    return {axis: "fixed by the caller" if axis in fixed else used if getattr(deg, axis) > 1
+            else unused for axis, (used, unused) in _REASONS.items()}
 
 
 def _check_model_chip(model, chip):
@@ -1023,11 +1025,6 @@ def _candidates(c, ch, n, S, seqs, fixed):
                         yield deg
 
 
-def _quick_step(fwd: PassTime, bwd: PassTime, start, end, M, P, v) -> float:
-    return ((M + (P - 1) / v) * (fwd.seconds + bwd.seconds)
-            + _edge(start, fwd) + _edge(end, bwd))
-
-
 def _choices(value, default):
     return default if value is None else (value,)
 
@@ -1094,7 +1091,7 @@ def search_plans(model, chip, n_chips: int, global_batch_tokens: int, seq_len: i
                         fwd, bwd, start, end, _ = _passes(c, ch, deg, nets, B, S, M, r,
                                                           tp_overlap, keep, z, interleave,
                                                           ep_overlap)
-                        key = (_quick_step(fwd, bwd, start, end, M, deg.pp, interleave),
+                        key = (_step_time(fwd, bwd, start, end, M, deg.pp, interleave),
                                mem.total)
                         if best is None or key < best[0]:
                             best = (key, M, keep, r, z, mem)
