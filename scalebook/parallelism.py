@@ -325,7 +325,9 @@ def data_parallel_critical_batch(chip, n=None, *, axes: int = 1, shape=None,
     (n-1)/n -> 1); ``axes`` = k (k large torus axes, large-n limit), optionally with ``n``
     chips on one axis (k = 1); or ``shape``, the sizes of the torus axes the data axis
     spans, e.g. ``shape=(4, 2, 2)``: n = 16 chips, 2 + 1 + 1 = 4 links (an axis of 2 has
-    one)."""
+    one). An axis has its 2 links only if it wraps around: on a v5p, a slice of at least
+    4 x 4 x 4 does; a smaller slice's axes are lines, one link fewer per axis, so the
+    ``shape`` here is that of a data axis inside a large slice."""
     c = _chip(chip)
     k = _int("axes (torus axes the data axis spans)", axes)
     s = check_positive("bytes_per_element", bytes_per_element)
@@ -566,17 +568,17 @@ def fsdp_tp_layer_times(B: float, D: int, F: int, n_fsdp, n_tp, chip, *,
 
 def optimal_fsdp_degree(B: float, n_chips: int, F: int, *, axes=(1, 1)) -> float:
     """The FSDP degree that minimises the 2D split's communication (large-n limit),
-    X* = sqrt(B N a_X / (F a_Y)); N = n_chips, B global tokens, ``axes`` = (a_X, a_Y) the
+    X* = sqrt(B n a_X / (F a_Y)); n = n_chips, B global tokens, ``axes`` = (a_X, a_Y) the
     torus axes the FSDP and TP degrees span (a_X + a_Y = 3 on a whole 3D torus). The
     same X* for both ways of adding the two axes' collectives (max or sum): it makes the
     FSDP and TP terms equal."""
     B = check_positive("B (tokens)", B)
-    N = _int("n_chips", n_chips)
+    n = _int("n_chips", n_chips)
     F = _int("F", F)
     if not isinstance(axes, (tuple, list)) or len(axes) != 2:
         raise ValueError(f"axes must be a pair (a_X, a_Y); got {axes!r}")
     mx, my = (_int("axes (each of a_X, a_Y)", a) for a in axes)
-    return math.sqrt(B * N * mx / (F * my))
+    return math.sqrt(B * n * mx / (F * my))
 
 
 def fsdp_tp_critical_batch(F: int, chip, *, axes=(1, 1), combine: str | None = None,
@@ -588,8 +590,8 @@ def fsdp_tp_critical_batch(F: int, chip, *, axes=(1, 1), combine: str | None = N
     With W_eff = 2 W per torus axis (W on a ring or switch) and ``axes`` = (a_X, a_Y), the
     torus axes each degree spans, the forward's FSDP and TP terms are
     T_fsdp / T_math = (s C / (2 W_eff)) X / (B a_X) and T_tp / T_math = (s C / (2 W_eff))
-    Y / (F a_Y). Both are least, together, at X* = sqrt(B N a_X / (F a_Y)), where each is
-    (s C / (2 W_eff)) sqrt(N / (B F a_X a_Y)).
+    Y / (F a_Y). Both are least, together, at X* = sqrt(B n a_X / (F a_Y)), where each is
+    (s C / (2 W_eff)) sqrt(n / (B F a_X a_Y)).
 
     ``combine="max"`` (default on a torus: the two axes use different links at once): the
     larger term must be <= 1, so b* = (s C / (2 W_eff))^2 / (F a_X a_Y).
@@ -608,24 +610,24 @@ def fsdp_tp_critical_batch(F: int, chip, *, axes=(1, 1), combine: str | None = N
 
 
 def best_2d_split(B: float, D: int, F: int, n_chips: int, chip, **kw) -> TwoDPlan:
-    """The (n_fsdp, n_tp) with n_fsdp n_tp = n_chips (n_tp dividing F) whose worse pass has
-    the least communication per FLOP (:attr:`LayerTimes.ratio`), by trying every divisor
-    pair; ties go to the least communication per step.
+    """The (n_fsdp, n_tp) with n_fsdp n_tp = n_chips (n_tp dividing F) a practitioner
+    would pick, by trying every divisor pair: the least TP among the splits whose worse
+    pass is compute-bound (more TP only adds collectives once the compute hides them);
+    when none is, the one whose worse pass has the least communication per FLOP
+    (:attr:`LayerTimes.ratio`), ties to the least communication per step.
 
     The worse pass, not the whole step: a step is compute-bound only when each pass hides
     its own collectives, and a split with less communication per step can still make its
     forward pass wait (the TP collectives are as large there as in the backward, behind
     half the FLOPs). ``n_tp = 1`` is pure FSDP, so the result is never worse than it."""
-    N = _int("n_chips", n_chips)
+    n = _int("n_chips", n_chips)
     F = _int("F", F)
-    best = None
-    for Y in range(1, N + 1):
-        if N % Y or F % Y:
-            continue
-        t = fsdp_tp_layer_times(B, D, F, N // Y, Y, chip, **kw)
-        if best is None or (t.ratio, t.comm) < (best.times.ratio, best.times.comm):
-            best = TwoDPlan(N // Y, Y, t)
-    return best                                  # n_tp = 1 always divides
+    plans = [TwoDPlan(n // Y, Y, fsdp_tp_layer_times(B, D, F, n // Y, Y, chip, **kw))
+             for Y in range(1, n + 1) if not (n % Y or F % Y)]   # n_tp = 1 always divides
+    bound = [p for p in plans if p.times.compute_bound]
+    if bound:
+        return min(bound, key=lambda p: p.n_tp)
+    return min(plans, key=lambda p: (p.times.ratio, p.times.comm))
 
 
 # ------------------------------------------------------------------------------------------
