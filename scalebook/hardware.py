@@ -443,7 +443,7 @@ _h100 = _CHIPS["gpu-h100"]
 _PREVIEW["gpu-h800"] = dataclasses.replace(
     _h100, name="gpu-h800", display_name="H800 SXM (preview)", ici_links=8,
     price_per_hour=None,
-    notes="Preview: the H100 with 8 NVLink links; DeepSeek-V3 (§3.2.2) measures 160 GB/s "
+    notes="Preview: the H100 with 8 NVLink links; DeepSeek-V3 (§3.2.2) states 160 GB/s "
           "of NVLink and 50 GB/s of InfiniBand per GPU in its cluster.",
     sources={**{k: v for k, v in _h100.sources.items() if k != "price_per_hour"},
              "ici_links": "deepseekv3", "dcn_bandwidth": "deepseekv3"})
@@ -469,7 +469,7 @@ PREVIEW_CONFIDENCE = {
         "bf16_flops": "medium: the H100's; the H800 is the same die, cut in NVLink and FP64 "
                       "(secondary sources); DeepSeek-V3 reports no peak",
         "ici_links": "medium: 8 NVLink 4 links, 400 GB/s both ways as NVIDIA lists the H800 "
-                     "(secondary sources); DeepSeek-V3 measures 160 GB/s achieved",
+                     "(secondary sources); DeepSeek-V3 states 160 GB/s for its cluster",
         "dcn_bandwidth": "high: DeepSeek-V3 §3.2.2, 50 GB/s InfiniBand per GPU",
     },
 }

@@ -76,6 +76,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 
@@ -85,7 +86,8 @@ from .hardware import Chip, get_chip
 from .models import MoEConfig, TransformerConfig, get_model
 from .units import check_positive, fmt_bytes, fmt_time, sci
 
-__all__ = ["REMAT", "Degrees", "Memory", "Collective", "TrainingPlan", "InfeasiblePlan",
+__all__ = ["REMAT", "Degrees", "Memory", "Collective", "Routing", "TrainingPlan",
+           "InfeasiblePlan",
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
            "train_specs", "init_adam", "adam_train_step"]
@@ -216,6 +218,24 @@ class PassTime:
 
 
 @dataclass(frozen=True)
+class Routing:
+    """How a mixture-of-experts layer's tokens cross the scale-out network.
+
+    ``max_nodes``: node-limited routing (DeepSeek-V3): a token's experts lie on at most
+    this many nodes, and it crosses the network once per node, not once per expert (None:
+    each of its k copies goes on its own). ``dispatch_bytes``: bytes per element sent to
+    the experts (1 for an FP8 dispatch); the combine comes back in bf16."""
+
+    max_nodes: int | None = None
+    dispatch_bytes: float = 2.0
+
+    def __post_init__(self):
+        if self.max_nodes is not None:
+            _int("max_nodes", self.max_nodes)
+        check_positive("dispatch_bytes", self.dispatch_bytes)
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """A training configuration and what it costs. Print it for a report."""
 
@@ -248,6 +268,7 @@ class TrainingPlan:
     zero: int = 0
     interleave: int = 1
     ep_overlap: bool = False
+    routing: Routing = field(default_factory=Routing)
 
     @property
     def n_chips(self) -> int:
@@ -375,7 +396,12 @@ class TrainingPlan:
                                 ("weights kept gathered", self.keep_weights),
                                 (f"ZeRO-{self.zero} on dp", self.zero),
                                 (f"interleave {self.interleave}", self.interleave > 1),
-                                ("EP all-to-all overlapped", self.ep_overlap)) if on]
+                                ("EP all-to-all overlapped", self.ep_overlap),
+                                (f"tokens to at most {self.routing.max_nodes} nodes",
+                                 self.routing.max_nodes and self.degrees.ep > 1),
+                                (f"dispatch in {self.routing.dispatch_bytes:g}-byte "
+                                 f"elements", self.routing.dispatch_bytes != 2
+                                 and self.degrees.ep > 1)) if on]
 
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
@@ -387,7 +413,8 @@ class TrainingPlan:
             lines.append(f"  (the fastest of {self.considered} configurations that fit)")
         opts = self.options()
         if opts:
-            lines.append("  options: " + ", ".join(opts))
+            lines.append(textwrap.fill(", ".join(opts), 100, initial_indent="  options: ",
+                                       subsequent_indent="    "))
         for axis in AXES + ("ep",):
             if axis in ("cp", "ep") and getattr(d, axis) == 1:
                 continue
@@ -639,20 +666,32 @@ def _timer(chip: Chip, deg: Degrees, nets: dict):
     return seconds
 
 
-def _all_to_all(chip: Chip, deg: Degrees, nets: dict, nbytes: float) -> float:
-    """One all-to-all of ``nbytes`` per chip over the ep group. Within one fast domain,
-    collective_time's; a GPU group over several nodes sends each block straight to its
-    GPU, the (local - 1) / ep of them in the node over NVLink, the rest on the GPU's own
-    NIC (a rail-optimised fabric), one after the other."""
+def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: int,
+                s: float, routing: Routing) -> float:
+    """One all-to-all of an MoE layer over the ep group: ``tokens`` per chip, each sending
+    k copies of [D] at ``s`` bytes per element. Within one fast domain, collective_time's.
+    A GPU group over several nodes sends the copies for experts in its own node over
+    NVLink, the rest on the GPU's own NIC (a rail-optimised fabric), one after the other:
+    k (ep - local) / ep copies per token, or with node-limited routing one per other node
+    of at most ``routing.max_nodes``."""
     fast = _par.network(chip, "ici")
     if nets["ep"] != "dcn":
-        return _coll.collective_time("all-to-all", nbytes, deg.ep, bandwidth=fast.bandwidth,
-                                     topology=fast.topology)
+        return _coll.collective_time("all-to-all", tokens * k * D * s, deg.ep,
+                                     bandwidth=fast.bandwidth, topology=fast.topology)
     slow = _par.network(chip, "dcn")
     node = chip.ici_domain_chips or 1
-    local = max(1, min(deg.ep, node // (deg.tp * deg.cp))) if chip.vendor == "NVIDIA" else 1
-    return (nbytes * (local - 1) / deg.ep / fast.bandwidth
-            + nbytes * (deg.ep - local) / deg.ep / slow.bandwidth)
+    # the group's members sit tp cp apart within fsdp, or tp cp pp apart on dp
+    stride = deg.tp * deg.cp * (1 if deg.fsdp > 1 else deg.pp)
+    local = 1
+    if chip.vendor == "NVIDIA" and stride < node:
+        local = max(1, min(deg.ep, node // stride, deg.fsdp if deg.fsdp > 1 else deg.ep))
+    nodes = max(1, deg.ep // local)
+    if routing.max_nodes is None:
+        off = k * (deg.ep - local) / deg.ep
+    else:
+        off = min(k, routing.max_nodes) * (nodes - 1) / nodes
+    return (tokens * k * D * s * (local - 1) / deg.ep / fast.bandwidth
+            + tokens * off * D * s / slow.bandwidth)
 
 
 def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
@@ -668,7 +707,7 @@ def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
 
 def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, S: int,
             M: int, remat: str, tp_overlap: bool, keep_weights: bool, zero: int,
-            interleave: int, ep_overlap: bool = False):
+            interleave: int, ep_overlap: bool = False, routing: Routing = Routing()):
     """(forward PassTime, backward PassTime, step_start, step_end, collectives per step)."""
     s = 2
     E_p = _experts(c)
@@ -762,8 +801,12 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         # each MoE layer sends every token's k copies to their experts and back (dispatch,
         # combine) in the forward, and the gradients the same way in the backward
         m = c.moe
-        a2a = b_mb / (deg.cp * deg.tp) * m.top_k * c.d_model * s
-        t_a2a = _all_to_all(chip, deg, nets, a2a)
+        tok = b_mb / (deg.cp * deg.tp)
+        a2a = tok * m.top_k * c.d_model * s
+        # a dispatch (at routing.dispatch_bytes) and a combine (bf16), as a mean of the two
+        t_a2a = (_all_to_all(chip, deg, nets, tok, m.top_k, c.d_model,
+                             routing.dispatch_bytes, routing)
+                 + _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model, s, routing)) / 2
         moe_l = L_p * m.moe_layers / c.n_layers        # MoE layers of the busiest stage
         n_f = 2 * moe_l
         n_b = 2 * moe_l + (2 * moe_l if remat == "full" else 0)
@@ -827,9 +870,12 @@ _REASONS = {
 }
 
 
-def _reasons(c, chip, deg: Degrees, nets, fixed: dict) -> dict:
-    return {axis: "fixed by the caller" if axis in fixed else used if getattr(deg, axis) > 1
-            else unused for axis, (used, unused) in _REASONS.items()}
+def _reasons(c, chip, deg: Degrees, nets, fixed: dict, keep_weights=False) -> dict:
+    out = {axis: "fixed by the caller" if axis in fixed else used if getattr(deg, axis) > 1
+           else unused for axis, (used, unused) in _REASONS.items()}
+    if keep_weights and deg.fsdp > 1 and "fsdp" not in fixed:
+        out["fsdp"] = "shards Adam state; weights gathered once per step and kept"
+    return out
 
 
 def _check_model_chip(model, chip):
@@ -866,13 +912,15 @@ def _check_options(remat, zero, interleave, hbm_fraction):
 
 
 def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleave, f,
-           train_tokens, fixed, considered, mem=None, ep_overlap=False) -> TrainingPlan:
+           train_tokens, fixed, considered, mem=None, ep_overlap=False,
+           routing=Routing()) -> TrainingPlan:
     """A plan from checked inputs."""
     nets = _layout(ch, deg)
     if mem is None:
         mem = _memory(c, deg, B / (deg.dp * deg.fsdp) / M, M, remat, zero, keep_weights)
     fwd, bwd, start, end, colls = _passes(c, ch, deg, nets, B, S, M, remat, tp_overlap,
-                                          keep_weights, zero, interleave, ep_overlap)
+                                          keep_weights, zero, interleave, ep_overlap,
+                                          routing)
     L_p = math.ceil(c.n_layers / deg.pp)
     imbalance = deg.pp * L_p / c.n_layers
     notes = []
@@ -889,7 +937,7 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         notes.append(msg)
     return TrainingPlan(
         model=c.name, chip=ch.name, degrees=deg, networks=nets,
-        reasons=_reasons(c, ch, deg, nets, fixed or {}), global_batch_tokens=B, seq_len=S,
+        reasons=_reasons(c, ch, deg, nets, fixed or {}, keep_weights), global_batch_tokens=B, seq_len=S,
         microbatches=M, remat=remat, memory=mem, hbm_bytes=ch.hbm_bytes, hbm_fraction=f,
         forward=fwd, backward=bwd, collectives=colls,
         model_flops_per_step=c.training_flops_per_token(S, causal=True) * B,
@@ -898,14 +946,14 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici",
         step_start=start, step_end=end, tp_overlap=bool(tp_overlap),
         keep_weights=bool(keep_weights and deg.fsdp > 1), zero=zero if deg.dp > 1 else 0,
-        interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1))
+        interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1), routing=routing)
 
 
 def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, cp: int = 1,
                   ep: int = 1, global_batch_tokens: int, seq_len: int, microbatches: int = 1,
                   remat: str = "none", tp_overlap: bool = False, keep_weights: bool = False,
                   zero: int = 0, interleave: int = 1, ep_overlap: bool = False,
-                  train_tokens: float = 15e12,
+                  routing: Routing | None = None, train_tokens: float = 15e12,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, _fixed=None,
                   _considered: int = 0) -> TrainingPlan:
     """The plan for one given configuration (it may not fit: see ``plan.fits``).
@@ -917,7 +965,8 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     axis; ``interleave``: virtual pipeline stages per chip; ``cp``: context parallelism;
     ``ep``: expert parallelism for a :class:`~scalebook.models.MoEConfig` (the experts
     split over ep of the fsdp x dp chips, tokens sent to them by all-to-all, exposed unless
-    ``ep_overlap``, as DualPipe overlaps one microbatch's with another's compute).
+    ``ep_overlap``, as DualPipe overlaps one microbatch's with another's compute;
+    ``routing`` a :class:`Routing` for how its tokens cross the network).
     Refuses degrees that do not divide the model (heads, F, layers), the sequence (cp) or
     the batch (whole sequences per data shard and per microbatch)."""
     c, ch = _check_model_chip(model, chip)
@@ -948,7 +997,15 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     tokens = check_positive("train_tokens", train_tokens)
     return _warned(_build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero,
                           interleave, f, tokens, _fixed, _considered,
-                          ep_overlap=ep_overlap))
+                          ep_overlap=ep_overlap, routing=_routing(routing)))
+
+
+def _routing(routing) -> Routing:
+    if routing is None:
+        return Routing()
+    if not isinstance(routing, Routing):
+        raise TypeError(f"routing must be a training.Routing; got {type(routing).__name__}")
+    return routing
 
 
 def _check_ep(c, deg: Degrees) -> None:

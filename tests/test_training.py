@@ -471,6 +471,18 @@ def test_expert_parallel_all_to_all_and_memory_by_hand():
     # overlapped (DualPipe): the all-to-alls queue on the network instead
     o = tr.evaluate_plan(ds, h800, ep=64, ep_overlap=True, **kw)
     assert "dcn" not in o.forward.exposed and o.step_seconds < p.step_seconds
+    # node-limited routing (at most 4 of the 8 nodes, one InfiniBand copy per node) and an
+    # FP8 dispatch: the mean of the dispatch (1 byte) and the combine (2 bytes)
+    r = tr.evaluate_plan(ds, h800, ep=64, routing=tr.Routing(max_nodes=4, dispatch_bytes=1),
+                         **kw)
+
+    def one(s):
+        return 4096 * 8 * 7168 * s * 7 / 64 / 2e11 + 4096 * 4 * (7 / 8) * 7168 * s / 5e10
+    assert r.forward.exposed["dcn"] == pytest.approx(2 * moe_layers * (one(1) + one(2)) / 2)
+    with pytest.raises(TypeError, match="Routing"):
+        tr.evaluate_plan(ds, h800, ep=64, routing=4, **kw)
+    with pytest.raises(ValueError, match="max_nodes"):
+        tr.Routing(max_nodes=0)
 
 
 def test_expert_parallelism_is_refused_where_it_cannot_be():
