@@ -68,6 +68,7 @@ WRONG = {   # answer -> a word its hint must contain (None: any "wrong")
     "5.10": [(RIGHT["5.10"] * 4 / 3, "(m - 1) / m"), (RIGHT["5.10"] / 256, "per chip")],
     "5.11": [(RIGHT["5.11"] / 2, "both directions"), (RIGHT["5.11"] * 1.5, "master weights")],
     "5.12": [(8192 / RIGHT["5.12"], "tensor-parallel degree"),
+             (RIGHT["5.12"] * math.sqrt(2), "one axis each"),
              (math.sqrt(2 ** 24 / F405), "under the root")],
 }
 

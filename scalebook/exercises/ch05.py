@@ -245,6 +245,9 @@ register(NumericExercise(
         (lambda a: _close(a, 8192 / _ex12()), "that is Y = n / X*, the tensor-parallel degree."),
         (lambda a: _close(a, math.sqrt(2 ** 24 / get_model("llama3-405b").d_ff)),
          "X* = sqrt(B n / F): the chips n belong under the root too."),
+        (lambda a: _close(a, _ex12() * math.sqrt(2)) or _close(a, _ex12() / math.sqrt(2)),
+         "that puts the degrees on different numbers of torus axes; the exercise takes "
+         "one axis each, a_X = a_Y = 1."),
     ],
 ))
 
