@@ -241,6 +241,7 @@ def fit_batch(model, chip, n_chips: int, context: int, weight_dtype: str = "bf16
     ``n_chips`` after the weights: floor((n M_hbm f - N s_w) / KV bytes per sequence).
     Raises ValueError, saying by how much, when the weights alone do not fit."""
     c, chip = _model(model), get_chip(chip)
+    c.check_context(context)
     hbm = _hbm(chip, n_chips, hbm_fraction)
     w = c.weight_bytes(bytes_per_element(weight_dtype, "weight_dtype"))
     if w > hbm:
@@ -270,9 +271,16 @@ def check_fits(model, chip, n_chips: int, batch: int, context: int, weight_dtype
 @dataclass(frozen=True)
 class StepTime:
     """One prefill or decode step on n chips: FLOPs, HBM bytes (weights and KV cache), the
-    compute and memory times, and the tokens it produces (decode) or processes (prefill).
+    times of its two kinds of kernel, and the tokens it produces (decode) or processes
+    (prefill).
 
-    ``lower`` = max(t_math, t_mem) (perfect overlap), ``upper`` = t_math + t_mem."""
+    The kernels run one after the other, each at its own bound: attention (its FLOPs, and
+    the KV cache it reads or writes) takes ``t_attn`` = max(attention FLOPs / nC, KV bytes
+    / nW_hbm), the weight matmuls ``t_mm`` = max(matmul FLOPs / nC, weight bytes / nW_hbm),
+    and the step ``time`` = t_attn + t_mm (the model of the chapter and the planner).
+    ``lower`` = max(t_math, t_mem) pretends the two overlap perfectly: an optimistic bound,
+    never above ``time``, equal to it when both kernels are bound by the same resource
+    (memory-bound decode, compute-bound prefill). ``upper`` = t_math + t_mem."""
 
     batch: int
     tokens: int
@@ -281,13 +289,36 @@ class StepTime:
     kv_bytes: float
     t_math: float
     t_mem: float
+    attn_flops: float = 0.0
+    peak: float = math.nan           # C x n: FLOP/s of all chips
+    bandwidth: float = math.nan      # W_hbm x n: bytes/s of all chips
 
     @property
     def bytes(self) -> float:
         return self.weight_bytes + self.kv_bytes
 
     @property
+    def matmul_flops(self) -> float:
+        return self.flops - self.attn_flops
+
+    @property
+    def t_attn(self) -> float:
+        """Attention: max(attention FLOPs / nC, KV-cache bytes / nW_hbm)."""
+        return max(self.attn_flops / self.peak, self.kv_bytes / self.bandwidth)
+
+    @property
+    def t_mm(self) -> float:
+        """The weight matmuls: max(2 N_mm B / nC, N_mm s_w / nW_hbm)."""
+        return max(self.matmul_flops / self.peak, self.weight_bytes / self.bandwidth)
+
+    @property
+    def time(self) -> float:
+        """The step: t_attn + t_mm (attention and the matmuls run one after the other)."""
+        return self.t_attn + self.t_mm
+
+    @property
     def lower(self) -> float:
+        """max(t_math, t_mem): all kernels overlapped perfectly (optimistic)."""
         return max(self.t_math, self.t_mem)
 
     @property
@@ -295,13 +326,24 @@ class StepTime:
         return self.t_math + self.t_mem
 
     @property
+    def compute_time(self) -> float:
+        """The part of ``time`` spent in compute-bound kernels."""
+        return ((self.attn_flops / self.peak
+                 if self.attn_flops / self.peak >= self.kv_bytes / self.bandwidth else 0.0)
+                + (self.matmul_flops / self.peak
+                   if self.matmul_flops / self.peak >= self.weight_bytes / self.bandwidth
+                   else 0.0))
+
+    @property
     def bound(self) -> str:
-        return "compute" if self.t_math >= self.t_mem else "memory"
+        """"compute" when compute-bound kernels take at least half of ``time``, else
+        "memory"."""
+        return "compute" if 2 * self.compute_time >= self.time else "memory"
 
     @property
     def throughput(self) -> float:
-        """Tokens per second at the lower bound (all chips together)."""
-        return self.tokens / self.lower
+        """Tokens per second at ``time`` (all chips together)."""
+        return self.tokens / self.time
 
 
 def _contexts(context, batch: int) -> list[int]:
@@ -326,22 +368,31 @@ def decode_step_time(model, chip, batch: int, context, n_chips: int = 1,
     Bytes = N_mm s_w (every weight read once) + sum(T) x KV bytes per token.
     t_math = FLOPs / (n C), t_mem = bytes / (n W_hbm): the weights and the cache are
     split evenly over ``n_chips`` and communication is left out (see :func:`tp_decode_times`).
+    The step takes ``time`` = t_attn + t_mm (:class:`StepTime`); ``lower`` is the
+    optimistic max(t_math, t_mem).
     ``context`` is one T for all, or a list of T per sequence. With ``check_memory`` a batch
     that does not fit raises ValueError (:func:`check_fits`)."""
     c, chip = _model(model), get_chip(chip)
     B = check_positive_int("batch", batch)
     n = check_positive_int("n_chips", n_chips)
     Ts = _contexts(context, B)
+    c.check_context(max(Ts))
     if check_memory:
         check_fits(c, chip, n, B, max(Ts), weight_dtype, kv_dtype, attention)
     sw = bytes_per_element(weight_dtype, "weight_dtype")
     peak = _peak(chip, compute_dtype)
     total_T = sum(Ts)
-    flops = 2 * c.matmul_params() * B + 4 * c.n_layers * c.n_heads * c.head_dim * total_T
+    attn = 4 * c.n_layers * c.n_heads * c.head_dim * total_T
+    flops = 2 * c.matmul_params() * B + attn
     wb = c.matmul_params() * sw
     kvb = total_T * kv_bytes_per_token(c, attention, kv_dtype)
-    return StepTime(batch=B, tokens=B, flops=flops, weight_bytes=wb, kv_bytes=kvb,
-                    t_math=flops / (n * peak), t_mem=(wb + kvb) / (n * chip.hbm_bandwidth))
+    return _step(B, B, flops, wb, kvb, attn, n * peak, n * chip.hbm_bandwidth)
+
+
+def _step(batch, tokens, flops, wb, kvb, attn, C, W) -> StepTime:
+    return StepTime(batch=batch, tokens=tokens, flops=flops, weight_bytes=wb, kv_bytes=kvb,
+                    t_math=flops / C, t_mem=(wb + kvb) / W, attn_flops=attn, peak=C,
+                    bandwidth=W)
 
 
 def prefill_time(model, chip, batch: int, seq_len: int, n_chips: int = 1,
@@ -354,7 +405,7 @@ def prefill_time(model, chip, batch: int, seq_len: int, n_chips: int = 1,
     B S x KV bytes per token. Usually compute-bound: B S is far above the critical batch."""
     c, chip = _model(model), get_chip(chip)
     B = check_positive_int("batch", batch)
-    S = check_positive_int("seq_len", seq_len)
+    S = c.check_context(seq_len, "seq_len")
     n = check_positive_int("n_chips", n_chips)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False; got {causal!r}")
@@ -362,11 +413,11 @@ def prefill_time(model, chip, batch: int, seq_len: int, n_chips: int = 1,
         check_fits(c, chip, n, B, S, weight_dtype, kv_dtype, attention)
     sw = bytes_per_element(weight_dtype, "weight_dtype")
     peak = _peak(chip, compute_dtype)
-    flops = B * S * c.forward_flops_per_token(S, causal=causal)
+    attn = B * S * c.attention_flops_per_token(S, causal=causal)
+    flops = B * S * c.dense_flops_per_token() + attn
     wb = c.matmul_params() * sw
     kvb = B * S * kv_bytes_per_token(c, attention, kv_dtype)
-    return StepTime(batch=B, tokens=B * S, flops=flops, weight_bytes=wb, kv_bytes=kvb,
-                    t_math=flops / (n * peak), t_mem=(wb + kvb) / (n * chip.hbm_bandwidth))
+    return _step(B, B * S, flops, wb, kvb, attn, n * peak, n * chip.hbm_bandwidth)
 
 
 def latency_throughput(model, chip, n_chips: int, context: int, batches=None, **kw) -> list:
@@ -403,46 +454,57 @@ def chips_to_fit(model, chip, weight_dtype: str = "bf16", weight_share: float = 
 @dataclass(frozen=True)
 class TPTimes:
     """A decode step with 1D tensor (model) parallelism over n chips: time to read each
-    chip's share of the weights and cache, to compute, and for the 2 L all-reduces."""
+    chip's share of the weights and cache, to compute, the per-kernel step of the two
+    (``t_kernels``: attention, then the matmuls, :class:`StepTime`), and the 2 L
+    all-reduces."""
 
     n: int
     t_mem: float
     t_math: float
     t_comm: float
+    t_kernels: float = math.nan
 
     @property
     def bound(self) -> str:
-        times = {"memory": self.t_mem, "compute": self.t_math, "communication": self.t_comm}
-        return max(times, key=times.get)
+        if self.t_comm > self.t_kernels:
+            return "communication"
+        return "memory" if self.t_mem >= self.t_math else "compute"
 
     @property
     def lower(self) -> float:
-        """max of the three (communication fully overlapped)."""
-        return max(self.t_mem, self.t_math, self.t_comm)
+        """max(t_kernels, t_comm): the all-reduces overlapped with the kernels."""
+        return max(self.t_kernels, self.t_comm)
 
 
 def tp_decode_times(model, chip, batch: int, n_tp: int, context: int = 0,
                     weight_dtype: str = "bf16", act_dtype: str = "bf16",
-                    hop_latency: float = 0.0, topology: str | None = None) -> TPTimes:
+                    hop_latency: float = 0.0, topology: str | None = None,
+                    kv_dtype: str = "bf16", check_memory: bool = True) -> TPTimes:
     """Decode with the weights split n_tp ways (Megatron-style: heads and the MLP width),
     on one axis of the chip's network (``topology`` as in
     :func:`scalebook.collectives.collective_time`: a TPU's torus, a GPU node's switch).
 
     Each layer all-reduces its [B, D] activations twice (after W_o and after W_down):
     t_comm = 2 L x collective_time("all-reduce", B D s_a, n_tp, hop_latency). Memory:
-    (N_mm s_w + B T KV bytes per token) / (n_tp W_hbm); compute 2 N_mm B / (n_tp C)."""
+    (N_mm s_w + B T KV bytes per token) / (n_tp W_hbm) with the cache in ``kv_dtype``;
+    compute 2 N_mm B / (n_tp C). With ``check_memory`` a batch whose weights and cache do
+    not fit the n_tp chips raises ValueError (:func:`check_fits`)."""
     c, chip = _model(model), get_chip(chip)
     B = check_positive_int("batch", batch)
     n = check_positive_int("n_tp", n_tp)
     T = check_nonnegative("context", context)
     sw = bytes_per_element(weight_dtype, "weight_dtype")
     sa = bytes_per_element(act_dtype, "act_dtype")
-    kv = B * T * kv_bytes_per_token(c, "gqa", "bf16")
-    t_mem = (c.matmul_params() * sw + kv) / (n * chip.hbm_bandwidth)
-    t_math = 2 * c.matmul_params() * B / (n * chip.bf16_flops)
+    if check_memory and T >= 1:
+        check_fits(c, chip, n, B, math.ceil(T), weight_dtype, kv_dtype)
+    kv = B * T * kv_bytes_per_token(c, "gqa", kv_dtype)
+    C, W = n * chip.bf16_flops, n * chip.hbm_bandwidth
+    mm, wb = 2 * c.matmul_params() * B, c.matmul_params() * sw
+    t_kernels = kv / W + max(mm / C, wb / W)
     ar = _coll.collective_time("all-reduce", B * c.d_model * sa, n, chip,
                                topology=topology, hop_latency=hop_latency)
-    return TPTimes(n=n, t_mem=t_mem, t_math=t_math, t_comm=2 * c.n_layers * ar)
+    return TPTimes(n=n, t_mem=(wb + kv) / W, t_math=mm / C, t_comm=2 * c.n_layers * ar,
+                   t_kernels=t_kernels)
 
 
 def ici_bound_tp_degree(model, chip, batch: int, weight_dtype: str = "bf16",
@@ -612,7 +674,7 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
                      kv_dtype: str = "bf16") -> ServingStats:
     """Serve ``n_requests`` arriving as a Poisson process of ``rate`` requests/s, each with
     a prompt and an output length (fixed or uniform in a (low, high) range), costing every
-    step with this chapter's bounds (``StepTime.lower``).
+    step with this chapter's model (``StepTime.time``: attention, then the matmuls).
 
     ``policy="continuous"``: at every step, waiting requests join while fewer than
     ``max_batch`` run; their prefill runs first (the running decodes wait for it), then one
@@ -648,11 +710,12 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
     attn = 4 * c.n_layers * c.n_heads * c.head_dim
 
     def prefill_cost(lengths):
-        flops = sum(S * c.forward_flops_per_token(int(S), causal=True) for S in lengths)
-        return max(flops / C, (w_bytes + kv_tok * sum(lengths)) / W)
+        a = sum(S * c.attention_flops_per_token(int(S), causal=True) for S in lengths)
+        return (max(a / C, kv_tok * sum(lengths) / W)
+                + max(w_flops * sum(lengths) / C, w_bytes / W))
 
     def decode_cost(B, total_T):
-        return max((w_flops * B + attn * total_T) / C, (w_bytes + kv_tok * total_T) / W)
+        return max(attn * total_T / C, kv_tok * total_T / W) + max(w_flops * B / C, w_bytes / W)
 
     first = np.zeros(n_req)
     finish = np.zeros(n_req)

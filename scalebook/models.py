@@ -50,6 +50,7 @@ LLAMA3_MODEL_CARD = {"llama3-8b": {"gpu_hours": 1.3e6, "tokens": 15e12},
                      "llama3-70b": {"gpu_hours": 6.4e6, "tokens": 15e12}}
 # Mixtral 8x7B as its paper rounds it: total and active (per token) parameters.
 MIXTRAL_PUBLISHED = {"total": 47e9, "active": 13e9}
+LLAMA31_CONTEXT = 131_072      # the LLaMA 3.1 models' longest context, 128K tokens
 SOURCES = {
     "PUBLISHED_PARAMS": "Hugging Face model pages of meta-llama/Llama-3.1-{8B,70B,405B} "
                         "(safetensors metadata)",
@@ -57,6 +58,9 @@ SOURCES = {
     "LLAMA3_405B_FLOPS": "Llama Team, The Llama 3 Herd of Models, arXiv:2407.21783, §1",
     "configs": "meta-llama/llama-models, models/llama3_1/api/sku_list.py and "
                "models/llama3/model.py; arXiv:2407.21783, Table 3",
+    "max_context": "LLaMA 3.1: 128K tokens (131,072), arXiv:2407.21783 §3.4.2 and the "
+                   "released configs' max_position_embeddings; Mixtral 32K tokens "
+                   "(arXiv:2401.04088 §2); DeepSeek-V3 128K (arXiv:2412.19437 §4.3)",
     "LLAMA3_MODEL_CARD": "Meta, Llama 3 model card (github.com/meta-llama/llama3, "
                          "MODEL_CARD.md): 1.3M and 6.4M H100-80GB GPU-hours for 8B and "
                          "70B, 'over 15 trillion tokens'",
@@ -208,6 +212,7 @@ class TransformerConfig:
     tied_embeddings: bool = False
     rope_theta: float = 500_000.0
     norm_eps: float = 1e-5
+    max_context: int | None = None    # longest context the released model supports
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -232,6 +237,20 @@ class TransformerConfig:
                 check_positive(f, getattr(self, f))
             except ValueError as e:
                 raise ValueError(f"{self.name}: {e}") from None
+        if self.max_context is not None:
+            try:
+                check_positive_int("max_context", self.max_context)
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {e}") from None
+
+    def check_context(self, tokens, what: str = "context") -> int:
+        """``tokens`` as a positive int, refused (ValueError with both numbers) beyond the
+        model's ``max_context`` (when it has one)."""
+        T = check_positive_int(what, tokens)
+        if self.max_context is not None and T > self.max_context:
+            raise ValueError(f"{what}={T:,} tokens is longer than the {self.max_context:,} "
+                             f"{self.name} supports (max_context)")
+        return T
 
     # -- shapes ---------------------------------------------------------------------------
     @property
@@ -612,7 +631,8 @@ class MoEConfig:
 # 14336, 32 heads, 8 KV heads, vocabulary 32000, 8 experts, top 2; untied head.
 MIXTRAL_8X7B = MoEConfig(
     TransformerConfig("mixtral-8x7b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
-                      head_dim=128, d_ff=14336, vocab_size=32000, rope_theta=1e6),
+                      head_dim=128, d_ff=14336, vocab_size=32000, rope_theta=1e6,
+                      max_context=32768),
     n_experts=8, top_k=2)
 
 
@@ -626,17 +646,21 @@ MIXTRAL_8X7B = MoEConfig(
 # multi-token-prediction module (14B) is left out, as in the 671B.
 DEEPSEEK_V3 = MoEConfig(
     TransformerConfig("deepseek-v3-gqa", n_layers=61, d_model=7168, n_heads=128,
-                      n_kv_heads=8, head_dim=96, d_ff=2048, vocab_size=129280),
+                      n_kv_heads=8, head_dim=96, d_ff=2048, vocab_size=129280,
+                      max_context=131072),
     n_experts=256, top_k=8, n_shared=1, dense_layers=3, dense_d_ff=18432)
 
 
 _MODELS = {
     "llama3-8b": TransformerConfig("llama3-8b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
-                                   head_dim=128, d_ff=14336, vocab_size=128256),
+                                   head_dim=128, d_ff=14336, vocab_size=128256,
+                                   max_context=LLAMA31_CONTEXT),
     "llama3-70b": TransformerConfig("llama3-70b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
-                                    head_dim=128, d_ff=28672, vocab_size=128256),
+                                    head_dim=128, d_ff=28672, vocab_size=128256,
+                                   max_context=LLAMA31_CONTEXT),
     "llama3-405b": TransformerConfig("llama3-405b", n_layers=126, d_model=16384, n_heads=128,
-                                     n_kv_heads=8, head_dim=128, d_ff=53248, vocab_size=128256),
+                                     n_kv_heads=8, head_dim=128, d_ff=53248, vocab_size=128256,
+                                   max_context=LLAMA31_CONTEXT),
 }
 
 

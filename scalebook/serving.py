@@ -1,30 +1,38 @@
-"""The serving planner (chapter 8): from a model and a chip to a slice, a batch, a step
-time, tokens/s per chip and dollars per million output tokens.
+"""The serving planner (chapter 8): from a model, a chip and a workload to a slice, a batch,
+a time per output token (TPOT), a time to first token (TTFT), tokens/s per chip and dollars
+per million tokens, prefill included.
 
 Every number comes from chapter 7's functions (:mod:`scalebook.inference`) and chapter 3's
 collective model (:func:`scalebook.collectives.collective_time`); this module only chooses
-among them. The model of a decode step:
+among them. The model:
 
 * Weights split evenly over the chips of the slice with 1D tensor parallelism (Megatron:
-  heads and MLP width) over the whole slice on a TPU (its ICI torus), and over one NVLink
-  node on a GPU; a GPU slice larger than one node runs P = n / 8 pipeline stages, one per
-  node, with the batch cut into P micro-batches (the LLaMA-3 paper serves 405B in bf16 so,
-  TP inside a node and PP across nodes, arXiv:2407.21783 section 6).
+  query heads and MLP width) over the whole slice on a TPU (its ICI torus), and over one
+  NVLink node on a GPU; a GPU slice larger than one node runs P = n / 8 pipeline stages,
+  one per node, with the batch cut into P micro-batches (the LLaMA-3 paper serves 405B in
+  bf16 so, TP inside a node and PP across nodes, arXiv:2407.21783 section 6). The TP degree
+  must divide the query heads H. Where it exceeds the key/value heads H_kv, vLLM stores
+  each KV head on n_tp / H_kv chips (the cache n_tp / H_kv times); the planner instead
+  splits the batch over those chips (the cache once; the chips of a head swap queries and
+  attention outputs), see :func:`scalebook.inference.kv_cache_sharding`.
 * The KV cache of the batch at ``context_len`` tokens per sequence (every sequence at the
-  full context: the step time of a full cache), split over key/value heads and then over
-  the batch (:func:`scalebook.inference.kv_cache_sharding`), so it is stored once.
-* Step time = max(t_math, t_mem, t_comm): the compute and HBM times of
-  :func:`scalebook.inference.decode_step_time` for one micro-batch on the chips of one
-  stage, and 2 L tensor-parallel all-reduces of the [B/P, D] activations
-  (:func:`scalebook.collectives.collective_time` on the slice's torus axes or the node's
-  switch) plus the P hops between pipeline stages over the data-centre network. The step
-  time is also the time per output token a user sees; B tokens come out per step.
-* Prefill of one prompt of ``prompt_len`` tokens at a stated MFU: the FLOPs of
-  :func:`scalebook.inference.prefill_time` divided by (n C MFU).
+  full context: the step time of a full cache).
+* The decode step runs its kernels one after the other (chapter 7's
+  :class:`scalebook.inference.StepTime`): attention, bound by reading the cache, then the
+  weight matmuls, max(FLOPs / C, weight bytes / W_hbm): ``t_attn + t_mm``. The 2 L
+  tensor-parallel all-reduces of the [B/P, D] activations (plus the P hops between
+  pipeline stages over the data-centre network) take ``t_comm`` and are taken to overlap
+  the kernels: step = max(t_attn + t_mm, t_comm). ``optimistic_step_time`` is the older
+  max(t_math, t_mem, t_comm), never larger.
+* Prefill of one prompt of ``prompt_len`` tokens (the TTFT on an idle server): its FLOPs at
+  ``prefill_mfu`` of the peak on the chips of one stage, or its own 2 L all-reduces of the
+  [S, D] activations if they take longer, plus the hops between stages.
 
-Cost per million output tokens = price per chip-hour / (3600 tokens/s per chip) x 1e6, at
-the chip's listed on-demand price (``Chip.price_per_hour``); where the book has no price the
-cost is ``None`` and the plan says so (chip-hours per million tokens are always given).
+Cost: decode chip-hours per million output tokens, and end to end, with the chip-time of
+each request's prefill (as on a disaggregated server with prefill chips in the right ratio)
+paid too, per million output tokens, per million input tokens (prefill only) and per
+request, at the chip's listed on-demand price (``Chip.price_per_hour``); where the book has
+no price the cost is ``None`` and the plan says so.
 """
 
 from __future__ import annotations
@@ -36,11 +44,14 @@ from dataclasses import dataclass
 from . import collectives as _coll
 from . import inference as _inf
 from .hardware import Chip, get_chip
-from .models import TransformerConfig, get_model
+from .models import MoEConfig, TransformerConfig, get_model
 from .units import check_nonnegative, check_positive, check_positive_int, fmt_bytes, fmt_time
 
-__all__ = ["ServingPlan", "InfeasibleError", "slice_sizes", "slice_axes", "plan_serving",
-           "candidate_plans", "pareto_front", "cheapest_plan", "fastest_plan"]
+__all__ = ["ServingPlan", "InfeasibleError", "slice_sizes", "slice_axes", "valid_tp_degrees",
+           "plan_serving", "candidate_plans", "pareto_front", "cheapest_plan",
+           "fastest_plan", "KNEE"]
+
+KNEE = 0.9     # the default batch reaches this share of the largest batch's tokens/s
 
 
 class InfeasibleError(ValueError):
@@ -91,12 +102,19 @@ def slice_axes(chip, n_chips: int) -> tuple[int, ...]:
     return tuple(sorted(axes))
 
 
+def valid_tp_degrees(model) -> list[int]:
+    """Tensor-parallel degrees a serving engine accepts for ``model``: the divisors of its
+    H query heads (each chip holds whole heads)."""
+    c = _dense(model)
+    return [d for d in range(1, c.n_heads + 1) if c.n_heads % d == 0]
+
+
 @dataclass(frozen=True)
 class ServingPlan:
     """One serving configuration and what it gives. Times in seconds, bytes, tokens/s.
 
-    ``step_time`` is the decode step (= time per output token, TPOT); ``bound`` names the
-    largest of ``t_math``, ``t_mem``, ``t_comm``. Throughputs are per chip. Cost fields are
+    ``step_time`` is the decode step (= time per output token, TPOT): max(t_attn + t_mm,
+    t_comm); ``bound`` names what sets it. Throughputs are per chip. Cost fields are
     ``None`` when the chip has no listed price."""
 
     model: str
@@ -118,10 +136,16 @@ class ServingPlan:
     t_math: float
     t_mem: float
     t_comm: float
+    t_attn: float
+    t_mm: float
+    compute_time: float         # the part of t_attn + t_mm in compute-bound kernels
     prompt_len: int
     output_len: int
     prefill_mfu: float
-    prefill_time: float         # one prompt on the whole slice at prefill_mfu
+    prefill_time: float         # TTFT: one prompt on an idle slice
+    prefill_compute: float      # its FLOPs at prefill_mfu on one stage's chips
+    prefill_comm: float         # its 2 L all-reduces of [S, D]
+    prefill_hops: float         # its activations sent between pipeline stages
     prefill_flops: float        # one prompt
     peak_flops: float           # per chip, the prefill compute dtype
     price_per_hour: float | None
@@ -137,13 +161,33 @@ class ServingPlan:
         return self.memory_bytes / self.n_chips
 
     @property
+    def tp_degree(self) -> int:
+        return self.n_chips // self.pipeline_stages
+
+    @property
+    def t_kernels(self) -> float:
+        """Attention then the matmuls: t_attn + t_mm."""
+        return self.t_attn + self.t_mm
+
+    @property
     def step_time(self) -> float:
+        """TPOT: max(t_attn + t_mm, t_comm)."""
+        return max(self.t_kernels, self.t_comm)
+
+    @property
+    def optimistic_step_time(self) -> float:
+        """max(t_math, t_mem, t_comm): attention and the matmuls overlapped perfectly."""
         return max(self.t_math, self.t_mem, self.t_comm)
 
     @property
+    def ttft(self) -> float:
+        return self.prefill_time
+
+    @property
     def bound(self) -> str:
-        times = {"memory": self.t_mem, "compute": self.t_math, "communication": self.t_comm}
-        return max(times, key=times.get)
+        if self.t_comm > self.t_kernels:
+            return "communication"
+        return "compute" if 2 * self.compute_time >= self.t_kernels else "memory"
 
     @property
     def tokens_per_s(self) -> float:
@@ -160,8 +204,17 @@ class ServingPlan:
 
     @property
     def prefill_requests_per_s_per_chip(self) -> float:
-        """Prompts one chip prefills per second at prefill_mfu."""
-        return self.peak_flops * self.prefill_mfu / self.prefill_flops
+        """Prompts one chip prefills per second: each stage's n / P chips are busy for
+        max(prefill_compute, prefill_comm) per prompt, the P stages on P prompts at once."""
+        return 1 / (max(self.prefill_compute, self.prefill_comm) * self.tp_degree)
+
+    @property
+    def colocated_tokens_per_s(self) -> float:
+        """Output tokens/s of the slice when it also prefills every prompt itself (an
+        offline server at a full batch): output_len / (the slice's prefill time per
+        request + output_len x step_time / batch)."""
+        prefill = 1 / (self.prefill_requests_per_s_per_chip * self.n_chips)
+        return self.output_len / (prefill + self.output_len * self.step_time / self.batch)
 
     @property
     def prefill_decode_ratio(self) -> float:
@@ -176,6 +229,13 @@ class ServingPlan:
         return 1e6 / self.tokens_per_s_per_chip / 3600
 
     @property
+    def chip_seconds_per_request(self) -> float:
+        """Chip-seconds one request costs end to end: its prefill, and its output_len
+        tokens' share of the decode steps."""
+        return (1 / self.prefill_requests_per_s_per_chip
+                + self.output_len / self.tokens_per_s_per_chip)
+
+    @property
     def cost_per_million(self) -> float | None:
         """US dollars per million output tokens, decode chips only (None: no price)."""
         if self.price_per_hour is None:
@@ -184,14 +244,28 @@ class ServingPlan:
 
     @property
     def cost_per_million_with_prefill(self) -> float | None:
-        """The same, paying also for the prefill chips of the disaggregated ratio."""
+        """End to end: dollars per million output tokens, the prefill chips paid too."""
         c = self.cost_per_million
         return None if c is None else c * (1 + self.prefill_decode_ratio)
 
     @property
+    def cost_per_million_input(self) -> float | None:
+        """Dollars per million prompt tokens: the prefill chips' time only."""
+        if self.price_per_hour is None:
+            return None
+        return (self.price_per_hour / 3600 / self.prefill_requests_per_s_per_chip
+                / self.prompt_len * 1e6)
+
+    @property
+    def cost_per_request(self) -> float | None:
+        if self.price_per_hour is None:
+            return None
+        return self.price_per_hour / 3600 * self.chip_seconds_per_request
+
+    @property
     def weight_sharding(self) -> str:
         if self.pipeline_stages > 1:
-            return (f"TP over {self.n_chips // self.pipeline_stages} GPUs (one NVLink node) x "
+            return (f"TP over {self.tp_degree} GPUs (one NVLink node) x "
                     f"{self.pipeline_stages} pipeline stages, {self.pipeline_stages} "
                     f"micro-batches")
         return f"1D tensor parallel over {self.n_chips} chips ({'x'.join(map(str, self.axes))})"
@@ -205,15 +279,17 @@ class ServingPlan:
         return f"weights: {self.weight_sharding}; KV cache: {self.kv_sharding}"
 
     def __str__(self) -> str:
-        price = (f"${self.cost_per_million:.3g} per million output tokens "
-                 f"(${self.cost_per_million_with_prefill:.3g} with prefill chips) at "
-                 f"${self.price_per_hour:.3g}/chip-hour"
+        price = (f"${self.cost_per_million_with_prefill:.3g} per million output tokens "
+                 f"end to end at ${self.price_per_hour:.3g}/chip-hour\n"
+                 f"                (decode ${self.cost_per_million:.3g}; prefill "
+                 f"${self.cost_per_million_input:.3g} per million input tokens)"
                  if self.price_per_hour is not None else
                  f"no listed price for {self.chip}: none given "
-                 f"({self.chip_hours_per_million:.3g} chip-hours per million tokens)")
+                 f"({self.chip_hours_per_million:.3g} decode chip-hours per million tokens)")
         lines = [
             f"{self.model} on {self.n_chips} x {self.chip}, weights {self.weights_dtype}, "
-            f"KV {self.kv_dtype}, context {self.context_len}",
+            f"KV {self.kv_dtype}, {self.prompt_len} + {self.output_len} tokens "
+            f"(context {self.context_len})",
             f"  weights       {self.weight_sharding}",
             f"  KV cache      {self.kv_sharding}",
             f"  memory        {fmt_bytes(self.weight_bytes)} weights + "
@@ -221,13 +297,16 @@ class ServingPlan:
             f"{fmt_bytes(self.hbm_bytes / self.n_chips)}",
             f"  batch         {self.batch} (at most {self.max_batch} fit); "
             f"KV {self.kv_bytes_per_token:.4g} B/token",
-            f"  decode step   {fmt_time(self.step_time)}, {self.bound}-bound (math "
-            f"{fmt_time(self.t_math)}, memory {fmt_time(self.t_mem)}, comm "
-            f"{fmt_time(self.t_comm)})",
+            f"  decode step   {fmt_time(self.step_time)} (TPOT), {self.bound}-bound: attention "
+            f"{fmt_time(self.t_attn)} + matmuls {fmt_time(self.t_mm)}",
+            f"                all-reduces {fmt_time(self.t_comm)} (overlapped); "
+            f"max(T_math, T_mem, T_comm) {fmt_time(self.optimistic_step_time)}",
             f"  throughput    {self.tokens_per_s_per_chip:.4g} tokens/s/chip, "
             f"{self.requests_per_s_per_chip:.3g} requests/s/chip at {self.output_len} tokens",
-            f"  prefill       {fmt_time(self.prefill_time)} for {self.prompt_len} tokens at "
-            f"MFU {self.prefill_mfu:.0%}; prefill:decode chips {self.prefill_decode_ratio:.3g}",
+            f"  prefill       TTFT {fmt_time(self.prefill_time)}: compute at MFU "
+            f"{self.prefill_mfu:.0%} {fmt_time(self.prefill_compute)}, all-reduces "
+            f"{fmt_time(self.prefill_comm)}",
+            f"                prefill:decode chips {self.prefill_decode_ratio:.3g}",
             f"  cost          {price}",
         ]
         return "\n".join(lines)
@@ -239,8 +318,8 @@ class ServingPlan:
                     step_ms=1e3 * self.step_time, bound=self.bound,
                     tok_s_chip=self.tokens_per_s_per_chip,
                     req_s_chip=self.requests_per_s_per_chip,
-                    prefill_s=self.prefill_time, pd_ratio=self.prefill_decode_ratio,
-                    usd_per_mtok=self.cost_per_million)
+                    ttft_s=self.prefill_time, pd_ratio=self.prefill_decode_ratio,
+                    usd_per_mtok=self.cost_per_million_with_prefill)
 
 
 # -- the plan ------------------------------------------------------------------------------
@@ -251,24 +330,63 @@ def _check_fraction(name, value):
     return v
 
 
+def _dense(model) -> TransformerConfig:
+    if isinstance(model, MoEConfig):
+        raise ValueError(f"{model.dense.name} is a mixture of experts: plan_serving plans "
+                         f"dense models; cost an MoE decode step with "
+                         f"scalebook.inference's MoE functions (chapter 8, 'Serving a "
+                         f"mixture of experts')")
+    return get_model(model)
+
+
+def _price(chip: Chip):
+    p = chip.price_per_hour
+    if p is None:
+        return None
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not math.isfinite(p) \
+            or p <= 0:
+        raise ValueError(f"{chip.name}: price_per_hour must be a positive number of dollars "
+                         f"per chip-hour (or None: no price); got {p!r}")
+    return float(p)
+
+
 def _stages(chip: Chip, n: int) -> int:
     if not _coll.is_switched(chip):
         return 1
     node = chip.ici_domain_chips or 8
     if n <= node:
+        if node % n:
+            raise ValueError(f"{n} GPUs do not split a {node}-GPU node evenly: use 1, 2, 4 "
+                             f"or 8 GPUs, or whole nodes")
         return 1
     if n % node:
         raise ValueError(f"{n} GPUs is not a whole number of {node}-GPU nodes")
     return n // node
 
 
-def _weight_bytes(c: TransformerConfig, sw: float) -> float:
-    return c.weight_bytes(sw)
+def _check_slice(c, chip, n):
+    """(P, n_tp) of an n-chip slice; refuses a slice the chip does not come in, or a TP
+    degree that would split a query head."""
+    if not _coll.is_switched(chip):
+        sizes = slice_sizes(chip)
+        if n not in sizes:
+            raise ValueError(f"there is no {n}-chip {chip.name} slice in the planner's list: "
+                             f"{', '.join(map(str, sizes))} chips")
+    node = chip.ici_domain_chips or 8
+    n_tp = n if not _coll.is_switched(chip) or n <= node else node
+    if c.n_heads % n_tp:
+        ok = valid_tp_degrees(c)
+        raise ValueError(f"tensor parallelism over {n_tp} chips would split the "
+                         f"{c.n_heads} query heads of {c.name} unevenly: the TP degree must "
+                         f"divide them ({', '.join(map(str, ok))}); serve a larger slice as "
+                         f"replicas of a smaller one")
+    P = _stages(chip, n)
+    return P, n // P
 
 
 def _min_chips(c, chip, sw, kv_seq, min_batch, hbm_fraction, sizes):
     """The smallest slice in ``sizes`` holding the weights and min_batch sequences."""
-    w = _weight_bytes(c, sw)
+    w = c.weight_bytes(sw)
     for n in sizes:
         if w + min_batch * kv_seq <= n * chip.hbm_bytes * hbm_fraction:
             return n
@@ -278,7 +396,7 @@ def _min_chips(c, chip, sw, kv_seq, min_batch, hbm_fraction, sizes):
 def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction,
                     capped=False):
     sw = _dtype(wname, "weights_dtype")
-    w = _weight_bytes(c, sw)
+    w = c.weight_bytes(sw)
     kv_seq = _inf.kv_bytes_per_sequence(c, T, "gqa", kvname)
     top = sizes[-1]
     have = top * chip.hbm_bytes * hbm_fraction
@@ -292,47 +410,91 @@ def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction,
         f"{' or more chips (max_chips=)' if capped else ''}")
 
 
+def _prefill(c, chip, S, n_tp, P, axes, weights_dtype, kv_dtype, compute_dtype, mfu,
+             t_hop):
+    """(compute at MFU on one stage's chips, its 2 L all-reduces, stage hops, FLOPs) of
+    one prompt of S tokens."""
+    pf = _inf.prefill_time(c, chip, 1, S, n_tp, weights_dtype, kv_dtype, compute_dtype,
+                           check_memory=False)
+    # the two kernels in turn, their FLOPs at the MFU: max(FLOPs / (C MFU), bytes / W)
+    C = pf.peak * mfu
+    compute = (max(pf.attn_flops / C, pf.kv_bytes / pf.bandwidth)
+               + max(pf.matmul_flops / C, pf.weight_bytes / pf.bandwidth))
+    act = S * c.d_model * 2
+    comm = (2 * c.n_layers * _coll.collective_time("all-reduce", act, axes, chip,
+                                                    hop_latency=t_hop) if n_tp > 1 else 0.0)
+    hops = (P - 1) * act / chip.dcn_bandwidth if P > 1 else 0.0
+    return compute, comm, hops, pf.flops
+
+
 def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
                  context_len: int = 8192, output_len: int = 512, prompt_len: int | None = None,
-                 n_chips: int | None = None, batch: int | None = None, min_batch: int = 32,
-                 prefill_mfu: float = 0.5, hbm_fraction: float = 0.9,
+                 n_chips: int | None = None, batch: int | str | None = None,
+                 min_batch: int = 32, prefill_mfu: float = 0.5, hbm_fraction: float = 0.9,
                  compute_dtype: str = "bf16", max_chips: int | None = None,
-                 latency_target: float | None = None,
+                 latency_target: float | None = None, ttft_target: float | None = None,
                  hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
-                 _batches=None):
-    """Plan decode serving of ``model`` on ``chip``.
+                 decode_context: str = "full", _batches=None):
+    """Plan serving of ``model`` on ``chip`` for requests of ``prompt_len`` prompt tokens
+    and ``output_len`` output tokens (``prompt_len`` defaults to ``context_len -
+    output_len``; the cache is sized for ``context_len`` tokens per sequence, at least
+    prompt + output).
 
     ``n_chips=None``: the smallest slice (:func:`slice_sizes`) whose ``hbm_fraction`` of HBM
     holds the weights and ``min_batch`` sequences of ``context_len`` tokens (a "useful"
-    batch). ``batch=None``: the largest batch that fits there at ``context_len`` (rounded
-    down to a multiple of the KV batch shards and of the pipeline micro-batches).
-    ``prompt_len`` (default ``context_len - output_len``) is the prompt prefilled at
-    ``prefill_mfu`` of the peak for ``compute_dtype``. ``latency_target`` (seconds per
-    output token): the largest batch, at most the one above, whose step time meets it.
+    batch) and, with ``ttft_target`` (seconds), whose prefill meets it.
+    ``batch=None``: the smallest batch (a multiple of the KV batch shards and the pipeline
+    micro-batches) whose tokens/s reach ``KNEE`` (90%) of those of the largest batch that
+    fits, the knee of the latency-throughput curve; ``batch="max"``: the largest that
+    fits; with ``latency_target`` (seconds per output token): the largest batch, at most
+    the one that fits, whose step meets it. ``decode_context="full"`` costs every decode
+    step at ``context_len`` (the step of a full cache); ``"mean"`` at prompt + output / 2,
+    a request's average over its decode (memory is always sized at ``context_len``).
+    ``prefill_mfu``: the share of the peak for ``compute_dtype`` that prefill reaches.
     ``hop_latency``: seconds each step of a ring all-reduce waits (default
-    ``collectives.ASSUMED_HOP_LATENCY``, chapters 3 and 7's assumed 1e-6 s; 0 gives the
-    bandwidth-only model).
+    ``collectives.ASSUMED_HOP_LATENCY``; 0 gives the bandwidth-only model).
 
-    Raises :class:`InfeasibleError` (a ValueError) with the numbers when nothing fits, and
-    ValueError for bad input (an unknown dtype lists the known names; an unknown chip or
-    model raises KeyError listing the known ones)."""
-    c, chip = get_model(model), get_chip(chip)
+    Raises :class:`InfeasibleError` (a ValueError) with the numbers when nothing fits or a
+    target cannot be met, and ValueError for bad input: an unknown dtype (the known names
+    listed), a context beyond the model's, a slice the chip does not come in, a TP degree
+    that does not divide the query heads, a prompt plus output longer than the context,
+    a chip with a price that is not a positive number, an MoE model."""
+    c, chip = _dense(model), get_chip(chip)
     sw = _dtype(weights_dtype, "weights_dtype")
     _dtype(kv_dtype, "kv_dtype")
-    T = check_positive_int("context_len", context_len)
+    price = _price(chip)
+    T = c.check_context(context_len, "context_len")
     out = check_positive_int("output_len", output_len)
-    if out >= T and prompt_len is None:
-        raise ValueError(f"output_len={out} must be shorter than context_len={T} "
-                         f"(or give prompt_len)")
-    S = T - out if prompt_len is None else check_positive_int("prompt_len", prompt_len)
+    if prompt_len is None:
+        if out >= T:
+            raise ValueError(f"output_len={out} must be shorter than context_len={T} "
+                             f"(or give prompt_len)")
+        S = T - out
+    else:
+        S = check_positive_int("prompt_len", prompt_len)
+        if S + out > T:
+            raise ValueError(f"prompt_len={S} + output_len={out} = {S + out} tokens do not "
+                             f"fit a context of context_len={T}")
+    if decode_context not in ("full", "mean"):
+        raise ValueError(f"decode_context must be 'full' or 'mean'; got {decode_context!r}")
+    T_step = T if decode_context == "full" else max(1, round(S + out / 2))
     min_b = check_positive_int("min_batch", min_batch)
     mfu = _check_fraction("prefill_mfu", prefill_mfu)
     f = _check_fraction("hbm_fraction", hbm_fraction)
     peak = _inf._peak(chip, compute_dtype)
     t_hop = check_nonnegative("hop_latency", hop_latency)
+    ttft_tgt = None if ttft_target is None else _target(ttft_target, "ttft_target",
+                                                         "seconds to the first token")
     sizes = slice_sizes(chip, max_chips)
     kv_tok = _inf.kv_bytes_per_token(c, "gqa", kv_dtype)
     kv_seq = _inf.kv_bytes_per_sequence(c, T, "gqa", kv_dtype)
+
+    def setup(n):
+        P, n_tp = _check_slice(c, chip, n)
+        axes = slice_axes(chip, n_tp) if P == 1 else (n_tp,)
+        return (P, n_tp, axes) + _prefill(c, chip, S, n_tp, P, axes, weights_dtype,
+                                          kv_dtype, compute_dtype, mfu, t_hop)
+
     if n_chips is None:
         n = _min_chips(c, chip, sw, kv_seq, min_b, f, sizes)
         if n is None:
@@ -340,11 +502,32 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
                                   capped=max_chips is not None and max_chips < (
                                       64 if _coll.is_switched(chip)
                                       else chip.ici_domain_chips or 256))
+        if ttft_tgt is not None:
+            tried = []
+            for m in [m for m in sizes if m >= n]:
+                try:
+                    st = setup(m)
+                except ValueError:
+                    continue
+                tried.append((m, max(st[3], st[4]) + st[5]))
+                if tried[-1][1] <= ttft_tgt:
+                    n = m
+                    break
+            else:
+                best = min(tried, key=lambda x: x[1]) if tried else (n, math.inf)
+                raise InfeasibleError(
+                    f"no slice of {chip.name} up to {sizes[-1]} chips prefills {S} tokens of "
+                    f"{c.name} within {fmt_time(ttft_tgt)}: the fastest, {best[0]} chips, "
+                    f"takes {fmt_time(best[1])} at MFU {mfu:g}")
     else:
         n = check_positive_int("n_chips", n_chips)
-    P = _stages(chip, n)
-    n_tp = n // P
-    axes = slice_axes(chip, n_tp) if P == 1 else (n_tp,)
+    P, n_tp, axes, pf_compute, pf_comm, pf_hops, pf_flops = setup(n)
+    t_prefill = max(pf_compute, pf_comm) + pf_hops
+    if ttft_tgt is not None and t_prefill > ttft_tgt:
+        raise InfeasibleError(
+            f"prefill of {S} tokens of {c.name} on {n} x {chip.name} takes "
+            f"{fmt_time(t_prefill)} (compute at MFU {mfu:g} {fmt_time(pf_compute)}, "
+            f"all-reduces {fmt_time(pf_comm)}), more than ttft_target={fmt_time(ttft_tgt)}")
     try:
         fit = _inf.fit_batch(c, chip, n, T, weights_dtype, kv_dtype, hbm_fraction=f)
     except ValueError as e:
@@ -353,27 +536,16 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     heads = math.gcd(c.n_kv_heads, n_tp)
     step = (n_tp // heads) * P
     largest = (fit.max_batch // step) * step
-    if batch is None:
-        if largest < 1:
-            raise InfeasibleError(
-                f"on {n} x {chip.name} {fit.max_batch} sequences of {T} tokens fit next to the "
-                f"{fmt_bytes(fit.weights)} of weights, fewer than the {step} the sharding "
-                f"needs (KV batch shards x pipeline stages)")
-        B = largest
-    else:
-        B = check_positive_int("batch", batch)
-        if B > fit.max_batch:
-            raise InfeasibleError(
-                f"a batch of {B} sequences of {T} tokens does not fit on {n} x {chip.name}: "
-                f"{fmt_bytes(fit.weights)} weights + {B} x {fmt_bytes(fit.kv_per_sequence)} KV "
-                f"> {fmt_bytes(fit.hbm)}, {f:g} of the HBM; at most {fit.max_batch} fit")
-        if B % step:
-            raise ValueError(f"batch={B} must be a multiple of {step} (KV batch shards x "
-                             f"pipeline stages on {n} x {chip.name})")
+    if largest < 1:
+        raise InfeasibleError(
+            f"on {n} x {chip.name} {fit.max_batch} sequences of {T} tokens fit next to the "
+            f"{fmt_bytes(fit.weights)} of weights, fewer than the {step} the sharding "
+            f"needs (KV batch shards x pipeline stages)")
+
     def plan(B):
         kvs = _inf.kv_cache_sharding(c.n_kv_heads, B // P, n_tp)
         # One micro-batch on one stage's chips, the whole model's bytes: the time per token.
-        st = _inf.decode_step_time(c, chip, B // P, T, n_tp, weights_dtype, kv_dtype,
+        st = _inf.decode_step_time(c, chip, B // P, T_step, n_tp, weights_dtype, kv_dtype,
                                    compute_dtype, check_memory=False)
         act = (B // P) * c.d_model * 2
         t_comm = 2 * c.n_layers * _coll.collective_time("all-reduce", act, axes, chip,
@@ -386,19 +558,42 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
             max_batch=fit.max_batch, hbm_bytes=fit.hbm, weight_bytes=fit.weights,
             kv_bytes_per_token=kv_tok, kv_bytes=B * fit.kv_per_sequence,
             kv_head_shards=kvs.head_shards, kv_batch_shards=kvs.batch_shards,
-            t_math=st.t_math, t_mem=st.t_mem, t_comm=t_comm, prompt_len=S, output_len=out,
-            prefill_mfu=mfu, prefill_time=t_prefill, prefill_flops=pf.flops, peak_flops=peak,
-            price_per_hour=chip.price_per_hour)
+            t_math=st.t_math, t_mem=st.t_mem, t_comm=t_comm, t_attn=st.t_attn,
+            t_mm=st.t_mm, compute_time=st.compute_time, prompt_len=S, output_len=out,
+            prefill_mfu=mfu, prefill_time=t_prefill, prefill_compute=pf_compute,
+            prefill_comm=pf_comm, prefill_hops=pf_hops, prefill_flops=pf_flops,
+            peak_flops=peak, price_per_hour=price)
 
-    pf = _inf.prefill_time(c, chip, 1, S, n, weights_dtype, kv_dtype, compute_dtype,
-                           check_memory=False)
-    t_prefill = max(pf.t_math / mfu, pf.t_mem)
     if _batches is not None:      # candidate_plans: several batches, one set-up
-        return [plan(b) for b in _batches(B, step)]
+        return [plan(b) for b in _batches(largest, step)]
+    if isinstance(batch, str):
+        if batch != "max":
+            raise ValueError(f"batch must be a number of sequences, 'max' or None; "
+                             f"got {batch!r}")
+        return plan(largest)
+    if batch is not None:
+        B = check_positive_int("batch", batch)
+        if B > fit.max_batch:
+            raise InfeasibleError(
+                f"a batch of {B} sequences of {T} tokens does not fit on {n} x {chip.name}: "
+                f"{fmt_bytes(fit.weights)} weights + {B} x {fmt_bytes(fit.kv_per_sequence)} KV "
+                f"> {fmt_bytes(fit.hbm)}, {f:g} of the HBM; at most {fit.max_batch} fit")
+        if B % step:
+            raise ValueError(f"batch={B} must be a multiple of {step} (KV batch shards x "
+                             f"pipeline stages on {n} x {chip.name})")
+        p = plan(B)
+        if latency_target is not None and p.step_time > _target(latency_target):
+            raise InfeasibleError(f"batch {B} takes {fmt_time(p.step_time)} per token, more "
+                                  f"than latency_target={fmt_time(latency_target)}")
+        return p
     if latency_target is None:
-        return plan(B)
-    # The largest batch (multiple of step, at most B) whose step time meets the target;
-    # the step time grows with the batch, so bisect.
+        # The knee: the smallest multiple of step whose tokens/s reach KNEE of the largest
+        # batch's. Tokens/s grow with the batch, so bisect.
+        want = KNEE * plan(largest).tokens_per_s
+        ok = lambda k: plan(k * step).tokens_per_s >= want      # noqa: E731
+        return plan(_first_true(ok, 1, largest // step) * step)
+    # The largest batch (multiple of step, at most the largest) whose step time meets the
+    # target; the step time grows with the batch, so bisect.
     tgt = _target(latency_target)
     lo = plan(step)
     if lo.step_time > tgt:
@@ -408,21 +603,28 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
             f"({lo.bound}-bound; reading the weights alone takes "
             f"{fmt_time(fit.weights / (n_tp * chip.hbm_bandwidth))} per token); try a larger "
             f"slice (n_chips=) or search all of them with cheapest_plan")
-    a, b = 1, B // step          # plan(a * step) meets the target
-    if plan(b * step).step_time <= tgt:
-        return plan(b * step)
-    while b - a > 1:
-        mid = (a + b) // 2
-        if plan(mid * step).step_time <= tgt:
-            a = mid
+    meets = lambda k: plan(k * step).step_time > tgt               # noqa: E731
+    top = largest // step
+    if not meets(top):
+        return plan(top * step)
+    return plan((_first_true(meets, 1, top) - 1) * step)
+
+
+def _first_true(pred, lo: int, hi: int) -> int:
+    """The smallest k in [lo, hi] with pred(k), for a pred that is monotone (False ...
+    True) and true at hi."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
         else:
-            b = mid
-    return plan(a * step)
+            lo = mid + 1
+    return lo
 
 
 # -- searching configurations --------------------------------------------------------------
 def _as_list(x, name):
-    if isinstance(x, (str, Chip, TransformerConfig)) or not hasattr(x, "__iter__"):
+    if isinstance(x, (str, Chip, TransformerConfig, MoEConfig)) or not hasattr(x, "__iter__"):
         return [x]
     xs = list(x)
     if not xs:
@@ -442,28 +644,30 @@ def _batches(largest: int, step: int) -> list[int]:
 def candidate_plans(model, chips, weights_dtypes=("bf16", "int8", "int4"), kv_dtype="bf16",
                     context_len: int = 8192, output_len: int = 512, slices=None,
                     min_batch: int = 1, **kw) -> list[ServingPlan]:
-    """Plans for every chip, weight dtype and slice from the smallest that fits (or the
-    ``slices`` given) up, and batches in powers of two (times the sharding's step) up to the
-    largest that fits: the points of the latency-throughput picture. Slices that hold no
-    batch are skipped. ``kw`` goes to :func:`plan_serving`."""
+    """Plans for every chip, weight dtype, KV dtype (``kv_dtype``: one name or several)
+    and slice from the smallest that fits (or the ``slices`` given) up, and batches in
+    powers of two (times the sharding's step) up to the largest that fits: the points of
+    the latency-throughput picture. Slices that hold no batch, or whose TP degree would
+    split a head, are skipped. ``kw`` goes to :func:`plan_serving`."""
     plans = []
     for m in _as_list(model, "model"):
         for ch in _as_list(chips, "chips"):
             chip = get_chip(ch)
             for wd in _as_list(weights_dtypes, "weights_dtypes"):
-                try:
-                    first = plan_serving(m, chip, wd, kv_dtype, context_len, output_len,
-                                         min_batch=min_batch, **kw)
-                except InfeasibleError:
-                    continue
-                sizes = [n for n in (slices or slice_sizes(chip, kw.get("max_chips")))
-                         if n >= first.n_chips]
-                for n in sizes:
+                for kd in _as_list(kv_dtype, "kv_dtype"):
                     try:
-                        plans += plan_serving(m, chip, wd, kv_dtype, context_len, output_len,
-                                              n_chips=n, _batches=_batches, **kw)
-                    except (InfeasibleError, ValueError):
+                        first = plan_serving(m, chip, wd, kd, context_len, output_len,
+                                             min_batch=min_batch, batch="max", **kw)
+                    except InfeasibleError:
                         continue
+                    sizes = [n for n in (slices or slice_sizes(chip, kw.get("max_chips")))
+                             if n >= first.n_chips]
+                    for n in sizes:
+                        try:
+                            plans += plan_serving(m, chip, wd, kd, context_len, output_len,
+                                                  n_chips=n, _batches=_batches, **kw)
+                        except (InfeasibleError, ValueError):
+                            continue
     return plans
 
 
@@ -479,10 +683,10 @@ def pareto_front(plans) -> list[ServingPlan]:
     return front
 
 
-def _target(latency_target):
-    if isinstance(latency_target, bool) or not isinstance(latency_target, numbers.Real):
-        raise ValueError(f"latency_target is seconds per output token; got {latency_target!r}")
-    return check_positive("latency_target (s per token)", latency_target)
+def _target(value, name="latency_target", what="seconds per output token"):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} is {what}; got {value!r}")
+    return check_positive(f"{name} (s)", value)
 
 
 def fastest_plan(plans) -> ServingPlan:
@@ -490,27 +694,44 @@ def fastest_plan(plans) -> ServingPlan:
     return min(_as_list(plans, "plans"), key=lambda p: p.step_time)
 
 
-def cheapest_plan(plans, latency_target: float, by: str = "cost") -> ServingPlan:
-    """The plan with time per token at most ``latency_target`` seconds that costs least per
-    million output tokens (``by="cost"``, plans without a price left out) or uses the fewest
-    chip-hours per million tokens (``by="chip_hours"``). Raises InfeasibleError naming the
-    fastest plan and its time when none meets the target."""
+_COSTS = {"cost": lambda p: p.cost_per_million_with_prefill,
+          "decode_cost": lambda p: p.cost_per_million,
+          "chip_hours": lambda p: p.chip_seconds_per_request / p.output_len * 1e6 / 3600,
+          "decode_chip_hours": lambda p: p.chip_hours_per_million}
+
+
+def cheapest_plan(plans, latency_target: float, by: str = "cost",
+                  ttft_target: float | None = None) -> ServingPlan:
+    """The plan with time per token at most ``latency_target`` seconds (and a TTFT at most
+    ``ttft_target``, if given) that costs least per million output tokens end to end,
+    prefill included (``by="cost"``, plans without a price left out), or uses the fewest
+    chip-hours per million output tokens end to end (``by="chip_hours"``);
+    ``"decode_cost"`` and ``"decode_chip_hours"`` count the decode chips only. Raises
+    InfeasibleError naming the fastest plan and its time when none meets the targets."""
     ps = _as_list(plans, "plans")
     tgt = _target(latency_target)
-    if by not in ("cost", "chip_hours"):
-        raise ValueError(f"by must be 'cost' or 'chip_hours'; got {by!r}")
-    if by == "cost":
+    ttft = None if ttft_target is None else _target(ttft_target, "ttft_target",
+                                                    "seconds to the first token")
+    if by not in _COSTS:
+        raise ValueError(f"by must be one of {', '.join(map(repr, _COSTS))}; got {by!r}")
+    if by in ("cost", "decode_cost"):
         priced = [p for p in ps if p.cost_per_million is not None]
         if not priced:
             raise ValueError("none of the plans' chips has a listed price: use by='chip_hours'")
         ps = priced
-    ok = [p for p in ps if p.step_time <= tgt]
+    ok = [p for p in ps if p.step_time <= tgt and (ttft is None or p.prefill_time <= ttft)]
     if not ok:
+        which = "plan with a listed price" if by in ("cost", "decode_cost") else "plan"
         f = fastest_plan(ps)
-        which = "plan with a listed price" if by == "cost" else "plan"
+        if ttft is not None and any(p.step_time <= tgt for p in ps):
+            q = min((p for p in ps if p.step_time <= tgt), key=lambda p: p.prefill_time)
+            raise InfeasibleError(
+                f"no {which} meets both {fmt_time(tgt)} per token and a TTFT of "
+                f"{fmt_time(ttft)}: of those meeting the first, the fastest prefill, "
+                f"{q.n_chips} x {q.chip} ({q.weights_dtype}), takes {fmt_time(q.prefill_time)}")
         raise InfeasibleError(
             f"no {which} reaches {fmt_time(tgt)} per token: the fastest, {f.model} on "
             f"{f.n_chips} x {f.chip} ({f.weights_dtype}) at batch {f.batch}, takes "
             f"{fmt_time(f.step_time)} ({f.bound}-bound)")
-    key = (lambda p: p.cost_per_million) if by == "cost" else (lambda p: p.chip_hours_per_million)
+    key = _COSTS[by]
     return min(ok, key=lambda p: (key(p), p.step_time))

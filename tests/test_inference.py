@@ -380,3 +380,56 @@ def test_simulation_reports_the_realised_arrival_rate():
     s = _inf.simulate_serving("llama3-8b", "gpu-h100", 1, rate=50.0, n_requests=2000,
                               prompt_len=64, output_len=8)
     assert s.offered_rate != 50.0 and abs(s.offered_rate / 50.0 - 1) < 0.1
+
+
+def test_step_time_is_attention_then_matmuls():
+    # 8B on one H100 at batch 1024, context 256: the matmuls are compute-bound (15.5 ms),
+    # attention memory-bound (it reads 1024 x 256 tokens of cache, 34 GB: 10 ms), so the
+    # two times add.
+    st = inf.decode_step_time(m8, h100, 1024, 256)
+    kv = 1024 * 256 * 2 * 32 * 8 * 128 * 2
+    attn = 4 * 32 * 32 * 128 * 1024 * 256
+    t_attn = max(attn / 9.89e14, kv / 3.35e12)
+    t_mm = max(2 * m8.matmul_params() * 1024 / 9.89e14, m8.matmul_params() * 2 / 3.35e12)
+    assert t_attn == pytest.approx(kv / 3.35e12) and t_mm > m8.matmul_params() * 2 / 3.35e12
+    assert st.t_attn == pytest.approx(t_attn) and st.t_mm == pytest.approx(t_mm)
+    assert st.time == pytest.approx(t_attn + t_mm)
+    assert st.lower < 0.7 * st.time          # the overlapped bound is well below here
+    assert st.throughput == pytest.approx(1024 / st.time)
+    assert st.bound == "compute"             # 15.5 of the 25.5 ms in compute-bound kernels
+
+
+def test_overlapped_bound_is_never_larger():
+    for m in (m8, m70):
+        for chip in (h100, v5e):
+            for B in (1, 16, 256, 4096):
+                for T in (128, 4096, 65536):
+                    st = inf.decode_step_time(m, chip, B, T, n_chips=8, check_memory=False)
+                    assert st.lower <= st.time * (1 + 1e-12) <= st.upper * (1 + 1e-12)
+                    pf = inf.prefill_time(m, chip, 1, T, n_chips=8, check_memory=False)
+                    assert pf.lower <= pf.time * (1 + 1e-12)
+    # memory-bound at a long context: the two forms agree
+    st = inf.decode_step_time(m70, h100, 32, 8192, n_chips=8)
+    assert st.bound == "memory" and st.time == pytest.approx(st.lower)
+
+
+def test_context_beyond_the_model_is_refused():
+    with pytest.raises(ValueError, match=r"1,000,000 tokens is longer than the 131,072"):
+        inf.decode_step_time(m8, h100, 1, 1_000_000, check_memory=False)
+    with pytest.raises(ValueError, match=r"seq_len=200,000 tokens"):
+        inf.prefill_time(m8, h100, 1, 200_000, check_memory=False)
+    with pytest.raises(ValueError, match=r"131,072"):
+        inf.fit_batch(m8, h100, 8, 140_000)
+
+
+def test_tp_decode_times_takes_the_cache_dtype_and_checks_memory():
+    # 70B int8 weights, 32 sequences of 8K, 8 v5e: 70.6 GB + 32 x 2.68 GB (bf16 cache)
+    # = 156 GB > 128 GB of HBM
+    with pytest.raises(ValueError, match=r"at most \d+ fit"):
+        inf.tp_decode_times(m70, v5e, 32, 8, 8192, weight_dtype="int8")
+    a = inf.tp_decode_times(m70, v5e, 32, 8, 8192, weight_dtype="int8", kv_dtype="int8",
+                            check_memory=False)
+    b = inf.tp_decode_times(m70, v5e, 32, 8, 8192, weight_dtype="int8", check_memory=False)
+    kv8 = 32 * 8192 * inf.kv_bytes_per_token(m70, dtype="int8")
+    assert a.t_mem == pytest.approx((m70.matmul_params() + kv8) / (8 * 8.19e11))
+    assert b.t_mem - a.t_mem == pytest.approx(kv8 / (8 * 8.19e11))

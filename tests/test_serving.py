@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scalebook import serving
+from scalebook import collectives, serving
 from scalebook.hardware import get_chip
 from scalebook.serving import InfeasibleError
 
@@ -28,7 +28,8 @@ def plans():
 
 def test_70b_v5e_bf16_by_hand():
     p = serving.plan_serving("llama3-70b", "tpu-v5e", "bf16", "bf16", context_len=8192,
-                             output_len=512, min_batch=32, prefill_mfu=0.5, hbm_fraction=0.9)
+                             output_len=512, min_batch=32, prefill_mfu=0.5, hbm_fraction=0.9,
+                             batch="max")
     # 8 chips: 8 x 16e9 x 0.9 = 115 GB < 141 GB of weights; 16 chips: 230 GB.
     assert p.n_chips == 16 and p.axes == (4, 4)
     free = 16 * V5E_HBM * 0.9 - 2 * N_70B
@@ -36,23 +37,137 @@ def test_70b_v5e_bf16_by_hand():
     assert p.max_batch == int(free // per_seq) == 33
     # 16 chips over 8 KV heads: 2 batch shards, so the batch is even: 32.
     assert p.batch == 32 and (p.kv_head_shards, p.kv_batch_shards) == (8, 2)
-    t_mem = (2 * N_MM_70B + 32 * 8192 * KV_70B) / (16 * V5E_BW)
-    assert math.isclose(p.t_mem, t_mem, rel_tol=1e-9)
+    # attention reads the cache, then the matmuls read the weights: both memory-bound here
+    t_attn = 32 * 8192 * KV_70B / (16 * V5E_BW)
+    t_mm = 2 * N_MM_70B / (16 * V5E_BW)
+    assert math.isclose(p.t_attn, t_attn, rel_tol=1e-9)
+    assert math.isclose(p.t_mm, t_mm, rel_tol=1e-9)
+    assert math.isclose(p.t_mem, t_attn + t_mm, rel_tol=1e-9)
     assert math.isclose(p.t_mem, 0.017163, rel_tol=1e-3)
-    assert p.bound == "memory" and p.step_time == p.t_mem
-    tps = 32 / t_mem / 16
+    # memory-bound everywhere: the per-kernel step and the overlapped bound agree
+    assert p.bound == "memory" and math.isclose(p.step_time, p.t_mem, rel_tol=1e-12)
+    assert p.optimistic_step_time == p.t_mem
+    tps = 32 / p.t_mem / 16
     assert math.isclose(p.tokens_per_s_per_chip, tps, rel_tol=1e-9)
     assert math.isclose(p.requests_per_s_per_chip, tps / 512, rel_tol=1e-9)
     assert math.isclose(p.cost_per_million, V5E_PRICE / 3600 / tps * 1e6, rel_tol=1e-9)
     assert math.isclose(p.cost_per_million, 2.86, rel_tol=2e-3)
     S = 8192 - 512
     flops = S * (2 * N_MM_70B + 4 * 80 * 64 * 128 * (S + 1) / 2)
+    # TTFT: the FLOPs at 50% MFU, longer than the prompt's 2 L all-reduces of [S, D] bf16
+    # (each: reduce-scatter and all-gather along both axes of the 4 x 4 torus, 1 us a step)
+    ar = 2 * 80 * collectives.collective_time("all-reduce", S * 8192 * 2, (4, 4), "tpu-v5e",
+                                               hop_latency=1e-6)
+    assert math.isclose(p.prefill_comm, ar, rel_tol=1e-9) and ar < p.prefill_compute
     assert math.isclose(p.prefill_time, flops / (16 * V5E_C * 0.5), rel_tol=1e-9)
     ratio = (tps / 512) / (V5E_C * 0.5 / flops)
     assert math.isclose(p.prefill_decode_ratio, ratio, rel_tol=1e-9)
+    # end to end: each request's chip-seconds, prefill plus its share of decode
+    per_request = flops / (V5E_C * 0.5) + 512 / tps
+    assert math.isclose(p.cost_per_request, V5E_PRICE / 3600 * per_request, rel_tol=1e-9)
+    assert math.isclose(p.cost_per_million_with_prefill,
+                        V5E_PRICE / 3600 * per_request / 512 * 1e6, rel_tol=1e-9)
+    assert math.isclose(p.cost_per_million_input,
+                        V5E_PRICE / 3600 * flops / (V5E_C * 0.5) / S * 1e6, rel_tol=1e-9)
     assert p.kv_bytes_per_token == KV_70B
     text = str(p)
-    assert "16 x tpu-v5e" in text and "memory-bound" in text and "$2.86" in text
+    assert "16 x tpu-v5e" in text and "memory-bound" in text and "(decode $2.86" in text
+    assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_per_kernel_step_by_hand():
+    # 70B, int8 weights and cache, bf16 compute, 16 v5e, 2K context, 476 sequences: the
+    # matmuls are compute-bound (21.3 ms) and attention reads the cache (12.2 ms) after them,
+    # 33.5 ms; max(FLOPs / C, bytes / W) would say 21.8 ms.
+    p = serving.plan_serving("llama3-70b", "tpu-v5e", "int8", "int8", context_len=2048,
+                             output_len=256, n_chips=16, batch=476)
+    kv = 476 * 2048 * KV_70B / 2
+    t_attn = max(4 * 80 * 64 * 128 * 476 * 2048 / (16 * V5E_C), kv / (16 * V5E_BW))
+    t_mm = max(2 * N_MM_70B * 476 / (16 * V5E_C), N_MM_70B / (16 * V5E_BW))
+    assert math.isclose(p.step_time, t_attn + t_mm, rel_tol=1e-9)
+    assert math.isclose(p.step_time, 0.0332, rel_tol=5e-3)
+    assert math.isclose(p.optimistic_step_time, 0.0218, rel_tol=5e-3)
+    assert p.bound == "compute"
+
+
+def test_optimistic_step_is_never_larger(plans):
+    for p in plans:
+        assert p.optimistic_step_time <= p.step_time * (1 + 1e-12)
+        assert p.t_kernels <= p.t_math + p.t_mem + 1e-15
+
+
+def test_default_batch_is_the_knee():
+    for model, chip, kw in (("llama3-70b", "tpu-v5e", {}),
+                            ("llama3-70b", "gpu-h200", dict(weights_dtype="int8",
+                                                            compute_dtype="fp8",
+                                                            context_len=1024,
+                                                            output_len=256, n_chips=8)),
+                            ("llama3-8b", "gpu-h100", dict(context_len=4096))):
+        knee = serving.plan_serving(model, chip, **kw)
+        full = serving.plan_serving(model, chip, batch="max", **kw)
+        step = knee.kv_batch_shards * knee.pipeline_stages
+        assert knee.tokens_per_s >= serving.KNEE * full.tokens_per_s
+        if knee.batch > step:
+            below = serving.plan_serving(model, chip, batch=knee.batch - step,
+                                         **{**kw, "n_chips": knee.n_chips})
+            assert below.tokens_per_s < serving.KNEE * full.tokens_per_s
+        assert knee.step_time <= full.step_time
+
+
+def test_invalid_inputs_are_refused_with_numbers():
+    import dataclasses
+    from scalebook.models import MIXTRAL_8X7B
+    cases = [
+        (dict(model="llama3-8b", context_len=1_000_000), r"1,000,000 tokens.*131,072"),
+        (dict(model="llama3-70b", chip="gpu-h100", n_chips=3), r"3 chips.*64 query heads"),
+        (dict(model="llama3-70b", chip="gpu-h100", n_chips=6), r"divide them \(1, 2, 4"),
+        (dict(model="llama3-8b", n_chips=256), r"256 chips.*32 query heads"),
+        (dict(model="llama3-8b", n_chips=2), r"no 2-chip tpu-v5e slice"),
+        (dict(model="llama3-8b", prompt_len=9000), r"9000 \+ output_len=512 = 9512"),
+        (dict(model="llama3-8b", chip=dataclasses.replace(get_chip("tpu-v5e"),
+                                                          price_per_hour=-1.0)),
+         r"price_per_hour must be a positive"),
+        (dict(model=MIXTRAL_8X7B, chip="gpu-h100"), r"mixture of experts"),
+    ]
+    for kw, msg in cases:
+        kw = {"chip": "tpu-v5e", **kw}
+        with pytest.raises(ValueError, match=msg):
+            serving.plan_serving(kw.pop("model"), kw.pop("chip"), **kw)
+    assert serving.valid_tp_degrees("llama3-70b") == [1, 2, 4, 8, 16, 32, 64]
+    # the search skips what a serving engine would refuse
+    assert all(serving.get_model(p.model).n_heads % (p.n_chips // p.pipeline_stages) == 0
+               for p in serving.candidate_plans("llama3-8b", "tpu-v5e"))
+
+
+def test_ttft_target_and_prefill_all_reduces():
+    # On 64 v5e the prefill of 7,680 tokens is bound by its 2 L all-reduces of [S, D]
+    # (8 x 8 torus), not by its FLOPs at 50% MFU
+    p = serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=64)
+    ar = 2 * 80 * collectives.collective_time("all-reduce", 7680 * 8192 * 2, (8, 8),
+                                               "tpu-v5e", hop_latency=1e-6)
+    assert math.isclose(p.prefill_comm, ar, rel_tol=1e-9) and ar > p.prefill_compute
+    assert math.isclose(p.ttft, ar, rel_tol=1e-9)
+    # a TTFT target picks the smallest slice that meets it
+    q = serving.plan_serving("llama3-70b", "tpu-v5e", ttft_target=0.3)
+    assert q.ttft <= 0.3 and q.n_chips == 64
+    assert serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=32).ttft > 0.3
+    with pytest.raises(InfeasibleError, match=r"within 50 ms: the fastest, 64 chips, takes "
+                                              r"203 ms"):
+        serving.plan_serving("llama3-70b", "tpu-v5e", ttft_target=0.05)
+
+
+def test_cheapest_ranks_end_to_end_and_searches_the_cache_dtype():
+    plans = serving.candidate_plans("llama3-70b", ["tpu-v5e", "gpu-h100"],
+                                    kv_dtype=("bf16", "int8"))
+    e2e = serving.cheapest_plan(plans, 0.02)
+    dec = serving.cheapest_plan(plans, 0.02, by="decode_cost")
+    assert e2e.cost_per_million_with_prefill <= dec.cost_per_million_with_prefill
+    assert dec.cost_per_million <= e2e.cost_per_million
+    assert {p.kv_dtype for p in plans} == {"bf16", "int8"}
+    bf16_only = serving.cheapest_plan([p for p in plans if p.kv_dtype == "bf16"], 0.02)
+    assert e2e.cost_per_million_with_prefill < bf16_only.cost_per_million_with_prefill
+    t = serving.cheapest_plan(plans, 0.02, ttft_target=0.5)
+    assert t.ttft <= 0.5 and t.step_time <= 0.02
 
 
 def test_minimum_slices_by_hand():
@@ -190,19 +305,6 @@ def test_slice_sizes_are_offered_shapes():
     assert serving.plan_serving("llama3-8b", "tpu-v6e").n_chips == 4
     with pytest.raises(ValueError, match="smallest tpu-v5p slice has 4 chips"):
         serving.slice_sizes("tpu-v5p", max_chips=2)
-
-
-def test_published_h200_figure_brackets_the_bound():
-    # Section 8.7: NVIDIA's 24,000 tokens/s for 70B on 8 x H200 (context not stated). With
-    # 1-byte weights the HBM bound is 26 ms a step; at 8192 tokens per sequence 351
-    # caches fit (13,300 tokens/s < 24,000: that context is ruled out), at 2048, 1407
-    # (53,300 tokens/s: the report is 45% of the bound).
-    def bound(ctx):
-        return serving.plan_serving("llama3-70b", "gpu-h200", "int8", context_len=ctx,
-                                    output_len=ctx // 4, n_chips=8,
-                                    compute_dtype="fp8").tokens_per_s
-    assert bound(8192) < 24_000 < bound(4096) < bound(2048)
-    assert 0.4 < 24_000 / bound(2048) < 0.5
 
 
 def test_pareto_front_is_complete(plans):

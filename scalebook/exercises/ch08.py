@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -185,7 +186,8 @@ def _full7(frac=FRAC, batch=None):
 register(NumericExercise(
     id="8.7", title="The latency where the HBM is full", unit="seconds", rtol=0.01,
     reference=lambda: serving.plan_serving("llama3-8b", "gpu-h100", context_len=4096,
-                                           output_len=256, n_chips=1).step_time,
+                                           output_len=256, n_chips=1,
+                                           batch="max").step_time,
     hints=[
         (lambda a: _close(a, _full7(frac=1.0)), "that fills all of the HBM; the server may "
          "use 90%."),
@@ -347,8 +349,23 @@ _CASES_12 = [("llama3-70b", ("tpu-v5e", "gpu-h100"), "exact"),
              ("llama3-405b", ("tpu-v5e", "gpu-h100", "gpu-h200"), 0.03)]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Cheapest:
+    """The reference's plan and the target: any plan meeting the target at the same cost
+    (within rounding: compute-bound plans of different batches cost the same) is right."""
+
+    plan: serving.ServingPlan
+    target: float
+
+
 def _cheapest_ref(plans, target):
-    return serving.cheapest_plan(plans, target)
+    return _Cheapest(serving.cheapest_plan(plans, target), target)
+
+
+def _same_cost(got, want: _Cheapest) -> bool:
+    return (isinstance(got, serving.ServingPlan) and got.step_time <= want.target
+            and got.cost_per_million is not None
+            and math.isclose(_e2e(got), _e2e(want.plan), rel_tol=1e-9))
 
 
 def _args12(model, chips, target):
@@ -378,13 +395,21 @@ def _fastest_ok(plans, target):
     return min((p for p in plans if p.step_time <= target), key=lambda p: p.step_time)
 
 
+def _e2e(p):
+    return p.cost_per_million_with_prefill
+
+
 def _cheapest_any(plans, target):
-    return min((p for p in plans if p.cost_per_million is not None),
-               key=lambda p: p.cost_per_million)
+    return min((p for p in plans if p.cost_per_million is not None), key=_e2e)
 
 
 def _strict(plans, target):
     return min((p for p in plans if p.step_time < target and p.cost_per_million is not None),
+               key=_e2e)
+
+
+def _decode_only(plans, target):
+    return min((p for p in plans if p.step_time <= target and p.cost_per_million is not None),
                key=lambda p: p.cost_per_million)
 
 
@@ -395,16 +420,19 @@ def _most_tps(plans, target):
 
 register(CodeExercise(
     id="8.12", title="The cheapest plan that meets a latency target, in code",
-    reference=_cheapest_ref, cases=_LazyCases(), compare=lambda got, want: got == want,
+    reference=_cheapest_ref, cases=_LazyCases(), compare=_same_cost,
     describe=_describe12,
     hints=[
         (lambda got, want, args: got == _cheapest_any(*args),
          "that plan is the cheapest, but its time per token misses the target."),
         (lambda got, want, args: got == _fastest_ok(*args),
          "that is the fastest plan; among those meeting the target, take the cheapest."),
+        (lambda got, want, args: got == _decode_only(*args),
+         "that plan has the cheapest decode; every request pays its prefill too: compare "
+         "cost_per_million_with_prefill."),
         (lambda got, want, args: got == _most_tps(*args),
-         "the most tokens/s per chip is not the cheapest across chips of different prices: "
-         "compare cost_per_million."),
+         "the most tokens/s per chip is not the cheapest across chips of different prices, "
+         "and leaves out the prefill: compare cost_per_million_with_prefill."),
         (lambda got, want, args: got == _strict(*args),
          "a plan whose step_time equals the target meets it: keep step_time <= target."),
     ],
