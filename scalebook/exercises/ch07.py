@@ -79,7 +79,7 @@ def _ttft(causal=True, attention=True, factor=1):
 
 register(NumericExercise(
     id="7.3", title="Time to first token", unit="seconds", rtol=0.02,
-    reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 16384, n_chips=8).lower,
+    reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 16384, n_chips=8).time,
     hints=[
         (lambda a: _close(a, _ttft(causal=False), 0.01),
          "that counts the full S x S score matrix; a causal kernel skips the masked half."),
