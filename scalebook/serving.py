@@ -49,9 +49,27 @@ from .units import check_nonnegative, check_positive, check_positive_int, fmt_by
 
 __all__ = ["ServingPlan", "InfeasibleError", "slice_sizes", "slice_axes", "valid_tp_degrees",
            "plan_serving", "candidate_plans", "pareto_front", "cheapest_plan",
-           "fastest_plan", "KNEE"]
+           "fastest_plan", "KNEE", "TRTLLM_H200_70B_FP8", "NVIDIA_H200_70B_CLAIM",
+           "SOURCES"]
 
 KNEE = 0.9     # the default batch reaches this share of the largest batch's tokens/s
+
+# Published end-to-end throughputs to check the planner against (chapter 8, section 8.7):
+# TensorRT-LLM 0.14.0, Llama 3.1 70B in FP8 on one 8 x H200 server, TP 8, in-flight
+# batching fed at an unbounded rate; (input, output) tokens per request -> tokens/s.
+TRTLLM_H200_70B_FP8 = {(128, 128): 16382.98, (128, 2048): 19266.04, (128, 4096): 13974.29,
+                       (500, 2000): 17693.71, (1000, 1000): 13081.43, (2048, 128): 2070.82,
+                       (2048, 2048): 9716.19, (20000, 2000): 1898.98}
+# NVIDIA's figure for Llama 3 70B on one HGX H200 server, with no workload stated.
+NVIDIA_H200_70B_CLAIM = 24_000.0
+SOURCES = {
+    "TRTLLM_H200_70B_FP8": "NVIDIA, TensorRT-LLM performance overview, v0.14.0 "
+                           "(github.com/NVIDIA/TensorRT-LLM/blob/v0.14.0/docs/source/"
+                           "performance/perf-overview.md), H200 141GB HBM3, FP8, TP size 8",
+    "NVIDIA_H200_70B_CLAIM": "NVIDIA blog, June 2024 (blogs.nvidia.com/blog/"
+                             "mlperf-training-benchmarks/): Llama 3 70B at 24,000 tokens/s "
+                             "on an HGX H200 server, quoted from the earnings call",
+}
 
 
 class InfeasibleError(ValueError):
@@ -143,12 +161,14 @@ class ServingPlan:
     output_len: int
     prefill_mfu: float
     prefill_time: float         # TTFT: one prompt on an idle slice
-    prefill_compute: float      # its FLOPs at prefill_mfu on one stage's chips
+    prefill_compute: float      # its kernels (FLOPs at prefill_mfu) on one stage's chips
     prefill_comm: float         # its 2 L all-reduces of [S, D]
     prefill_hops: float         # its activations sent between pipeline stages
+    prefill_comm_bandwidth: float   # the all-reduces' bandwidth part (hop latency left out)
     prefill_flops: float        # one prompt
     peak_flops: float           # per chip, the prefill compute dtype
     price_per_hour: float | None
+    dcn_bandwidth: float | None = None   # per chip, bytes/s (None: no figure)
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -204,9 +224,14 @@ class ServingPlan:
 
     @property
     def prefill_requests_per_s_per_chip(self) -> float:
-        """Prompts one chip prefills per second: each stage's n / P chips are busy for
-        max(prefill_compute, prefill_comm) per prompt, the P stages on P prompts at once."""
-        return 1 / (max(self.prefill_compute, self.prefill_comm) * self.tp_degree)
+        """Prompts one chip prefills per second when prompts are prefilled together (the
+        weights read and each all-reduce's hop latency paid once for many, so a prompt
+        costs its FLOPs at prefill_mfu, or its all-reduces' bytes if they take longer):
+        each stage's n / P chips are busy for max(FLOPs / (n / P C MFU),
+        prefill_comm_bandwidth) per prompt, the P stages on P prompts at once."""
+        flops_time = self.prefill_flops / (self.tp_degree * self.peak_flops
+                                           * self.prefill_mfu)
+        return 1 / (max(flops_time, self.prefill_comm_bandwidth) * self.tp_degree)
 
     @property
     def colocated_tokens_per_s(self) -> float:
@@ -222,6 +247,35 @@ class ServingPlan:
         (disaggregated): requests/s a decode chip finishes / requests/s a prefill chip
         starts."""
         return self.requests_per_s_per_chip / self.prefill_requests_per_s_per_chip
+
+    @property
+    def kv_transfer_bytes(self) -> float:
+        """The cache one prompt leaves behind: prompt_len x KV bytes per token."""
+        return self.prompt_len * self.kv_bytes_per_token
+
+    @property
+    def kv_transfer_time(self) -> float | None:
+        """Disaggregated serving: seconds to send one prompt's cache from a prefill slice
+        of the same size to the decode slice, each of the n chips sending its 1/n over
+        its own data-centre link (``dcn_bandwidth``); None when the chip has no figure."""
+        if not self.dcn_bandwidth:
+            return None
+        return self.kv_transfer_bytes / (self.n_chips * self.dcn_bandwidth)
+
+    @property
+    def disaggregated_ttft(self) -> float | None:
+        """TTFT when prefill runs on its own chips: the prefill, then the cache's trip."""
+        t = self.kv_transfer_time
+        return None if t is None else self.prefill_time + t
+
+    @property
+    def kv_transfer_load(self) -> float | None:
+        """The share of each decode chip's data-centre link that the arriving caches use
+        at the plan's throughput: requests/s per chip x kv_transfer_bytes / dcn_bandwidth
+        (above 1 the network, not the chips, limits the decode pool)."""
+        if not self.dcn_bandwidth:
+            return None
+        return self.requests_per_s_per_chip * self.kv_transfer_bytes / self.dcn_bandwidth
 
     @property
     def chip_hours_per_million(self) -> float:
@@ -412,8 +466,8 @@ def _infeasible_fit(c, chip, wname, kvname, T, min_batch, sizes, hbm_fraction,
 
 def _prefill(c, chip, S, n_tp, P, axes, weights_dtype, kv_dtype, compute_dtype, mfu,
              t_hop):
-    """(compute at MFU on one stage's chips, its 2 L all-reduces, stage hops, FLOPs) of
-    one prompt of S tokens."""
+    """(compute at MFU on one stage's chips, its 2 L all-reduces, stage hops, FLOPs, the
+    all-reduces' bandwidth part) of one prompt of S tokens."""
     pf = _inf.prefill_time(c, chip, 1, S, n_tp, weights_dtype, kv_dtype, compute_dtype,
                            check_memory=False)
     # the two kernels in turn, their FLOPs at the MFU: max(FLOPs / (C MFU), bytes / W)
@@ -421,10 +475,12 @@ def _prefill(c, chip, S, n_tp, P, axes, weights_dtype, kv_dtype, compute_dtype, 
     compute = (max(pf.attn_flops / C, pf.kv_bytes / pf.bandwidth)
                + max(pf.matmul_flops / C, pf.weight_bytes / pf.bandwidth))
     act = S * c.d_model * 2
-    comm = (2 * c.n_layers * _coll.collective_time("all-reduce", act, axes, chip,
-                                                    hop_latency=t_hop) if n_tp > 1 else 0.0)
+
+    def comm(hop):
+        return (2 * c.n_layers * _coll.collective_time("all-reduce", act, axes, chip,
+                                                        hop_latency=hop) if n_tp > 1 else 0.0)
     hops = (P - 1) * act / chip.dcn_bandwidth if P > 1 else 0.0
-    return compute, comm, hops, pf.flops
+    return compute, comm(t_hop), hops, pf.flops, comm(0.0)
 
 
 def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
@@ -521,7 +577,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
                     f"takes {fmt_time(best[1])} at MFU {mfu:g}")
     else:
         n = check_positive_int("n_chips", n_chips)
-    P, n_tp, axes, pf_compute, pf_comm, pf_hops, pf_flops = setup(n)
+    P, n_tp, axes, pf_compute, pf_comm, pf_hops, pf_flops, pf_comm_bw = setup(n)
     t_prefill = max(pf_compute, pf_comm) + pf_hops
     if ttft_tgt is not None and t_prefill > ttft_tgt:
         raise InfeasibleError(
@@ -562,7 +618,8 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
             t_mm=st.t_mm, compute_time=st.compute_time, prompt_len=S, output_len=out,
             prefill_mfu=mfu, prefill_time=t_prefill, prefill_compute=pf_compute,
             prefill_comm=pf_comm, prefill_hops=pf_hops, prefill_flops=pf_flops,
-            peak_flops=peak, price_per_hour=price)
+            prefill_comm_bandwidth=pf_comm_bw,
+            peak_flops=peak, price_per_hour=price, dcn_bandwidth=chip.dcn_bandwidth)
 
     if _batches is not None:      # candidate_plans: several batches, one set-up
         return [plan(b) for b in _batches(largest, step)]

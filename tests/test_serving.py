@@ -317,3 +317,60 @@ def test_pareto_front_is_complete(plans):
     # a plan that beats the whole front on latency joins it
     fastest = serving.fastest_plan(plans)
     assert front[0].step_time == fastest.step_time
+
+
+def test_disaggregated_kv_transfer_by_hand():
+    # 70B bf16 on 16 v5e, prompts of 7,680 tokens: 7,680 x 327,680 B = 2.52 GB of cache,
+    # sent by 16 chips at 3.125e9 B/s each (the v5e data-centre network)
+    p = serving.plan_serving("llama3-70b", "tpu-v5e")
+    nbytes = 7680 * KV_70B
+    assert p.kv_transfer_bytes == nbytes
+    assert math.isclose(p.kv_transfer_time, nbytes / (16 * 3.125e9), rel_tol=1e-12)
+    assert math.isclose(p.disaggregated_ttft, p.prefill_time + nbytes / (16 * 3.125e9),
+                        rel_tol=1e-12)
+    load = p.tokens_per_s_per_chip / 512 * nbytes / 3.125e9
+    assert math.isclose(p.kv_transfer_load, load, rel_tol=1e-12) and load < 1
+    # no data-centre figure for v6e: said, not guessed
+    q = serving.plan_serving("llama3-70b", "tpu-v6e")
+    assert q.kv_transfer_time is None and q.disaggregated_ttft is None
+
+
+def _offline(prompt, out, mfu=1.0):
+    return serving.plan_serving("llama3-70b", "gpu-h200", "fp8", "fp8",
+                                context_len=prompt + out, output_len=out, prompt_len=prompt,
+                                n_chips=8, compute_dtype="fp8", batch="max",
+                                prefill_mfu=mfu, decode_context="mean")
+
+
+def test_colocated_ceiling_by_hand():
+    # each request costs the slice its prefill (batched prompts: FLOPs at MFU 1 on 8 H200
+    # in fp8) and out x step / B of decode
+    p = _offline(1000, 1000)
+    flops = 1000 * (2 * N_MM_70B + 4 * 80 * 64 * 128 * (1000 + 1) / 2)
+    prefill = max(flops / (8 * 1.979e15), p.prefill_comm_bandwidth)
+    assert math.isclose(p.colocated_tokens_per_s,
+                        1000 / (prefill + 1000 * p.step_time / p.batch), rel_tol=1e-9)
+    # decode at the mean context, 1000 + 500 tokens (memory sized at 2000)
+    st = __import__("scalebook.inference", fromlist=["x"]).decode_step_time(
+        "llama3-70b", "gpu-h200", p.batch, 1500, 8, "fp8", "fp8", "fp8", check_memory=False)
+    assert math.isclose(p.t_attn + p.t_mm, st.time, rel_tol=1e-12)
+
+
+def test_published_throughput_like_with_like():
+    # Section 8.7: TensorRT-LLM's measured tokens/s for 70B FP8 on 8 H200 are all under the
+    # co-located ceiling, by a nearly constant factor; against the decode-only bound (the
+    # planted bug: leaving out prefill) the same ratios scatter.
+    ratio, decode = [], []
+    for (S, O), measured in serving.TRTLLM_H200_70B_FP8.items():
+        p = _offline(S, O)
+        ratio.append(measured / p.colocated_tokens_per_s)
+        decode.append(measured / p.tokens_per_s)
+    assert all(0.2 < r < 0.5 for r in ratio)
+    assert max(ratio) / min(ratio) < 1.6
+    assert max(decode) / min(decode) > 4
+    # NVIDIA's 24,000 tokens/s read as 1,536 prompt + 512 output tokens: above the ceiling
+    # even at MFU 1, though under half the decode-only bound
+    p = _offline(1536, 512)
+    assert p.colocated_tokens_per_s < serving.NVIDIA_H200_70B_CLAIM < 0.5 * p.tokens_per_s
+    # with the overlapped max() step (the other planted bug) the decode bound only rises
+    assert p.optimistic_step_time <= p.step_time

@@ -204,19 +204,24 @@ register(NumericExercise(
 
 
 # 8.8 -------------------------------------------------------------------------------------
-def _bound8(hop=1e-6):
-    return serving.plan_serving("llama3-70b", "tpu-v5e", n_chips=256, batch=32,
-                                context_len=8192, hop_latency=hop).bound
+_CASE8 = dict(weights_dtype="int8", kv_dtype="bf16", n_chips=16, batch=256, context_len=512,
+              output_len=128)
+
+
+def _plan8(hop=1e-6):
+    return serving.plan_serving("llama3-70b", "tpu-v5e", hop_latency=hop, **_CASE8)
 
 
 register(ChoiceExercise(
-    id="8.8", title="What bounds 70B on a whole v5e pod?",
-    choices=("memory", "compute", "communication"), reference=_bound8,
-    hints={"memory": "with 256 chips each reads 1/256 of the bytes; count the all-reduces' "
-                     "hop latency: 2 L all-reduces, each of 2 (16 - 1) x 2 ring steps on a "
-                     "16 x 16 torus.",
-           "compute": "batch 32 is far below the critical batch: compute is the smallest of "
-                      "the three."},
+    id="8.8", title="What bounds a large batch at a short context?",
+    choices=("memory", "compute", "communication"), reference=lambda: _plan8().bound,
+    hints={"memory": "decode is memory-bound below the critical batch; with 1-byte weights "
+                     "and bf16 compute B* is about C x 1 / (2 W_hbm), and 256 sequences are "
+                     "above it: compare 2 N_mm B / (n C) with N_mm / (n W_hbm). Attention "
+                     "reads only 512 tokens per sequence.",
+           "communication": "the 2 L all-reduces of the [256, 8192] activations (bf16) on a "
+                            "4 x 4 torus take several ms, but the kernels, attention then "
+                            "the matmuls, take longer."},
 ))
 
 
