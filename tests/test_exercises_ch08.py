@@ -120,9 +120,12 @@ def test_8_9_trend_by_hand():
     assert TREND_9 == "falls" and 250 < TPS_9[0] < 265 and 200 < TPS_9[1] < 215
 
 
+# 8.15  4096 x 2 L H_kv h x 1 byte / (16 x 3.125e9 B/s)
+TRIP_15 = 4096 * kv_per_token(M70, s=1) / (16 * V5E.dcn_bandwidth)
+
 RIGHT = {
     "8.1": SLICE_1, "8.2": KV_2, "8.3": T_3, "8.4": TPS_4, "8.5": COST_5, "8.6": RATIO_6,
-    "8.7": T_7, "8.8": bound_8(), "8.9": TREND_9,
+    "8.7": T_7, "8.8": bound_8(), "8.9": TREND_9, "8.15": TRIP_15,
 }
 WRONG = {
     "8.1": [SLICE_1_NO_KV, SLICE_1_EXACT, SLICE_1_FULL_HBM, SLICE_1_INT8_KV, 4, 64],
@@ -134,6 +137,7 @@ WRONG = {
     "8.7": [T_7_FULL, T_7_WEIGHTS, 1e3 * T_7],
     "8.8": ["memory", "communication"],
     "8.9": ["same", "rises"],
+    "8.15": [2 * TRIP_15, TRIP_15 / 2, 16 * TRIP_15, 8 * TRIP_15],
 }
 HINTS = {
     "8.1": [(SLICE_1_NO_KV, "64 caches"), (4, "1 byte"), (SLICE_1_EXACT, "powers of two"),
@@ -155,6 +159,8 @@ HINTS = {
             (0.9 * 80e9 / H100.hbm_bandwidth, "large-batch limit")],
     "8.8": [("memory", "critical batch"), ("communication", "kernels")],
     "8.9": [("same", "something else"), ("rises", "all-reduces")],
+    "8.15": [(2 * TRIP_15, "bf16"), (TRIP_15 / 2, "key and a value"),
+             (16 * TRIP_15, "one link"), (8 * TRIP_15, "no factor 8")],
 }
 
 globals().update(standard_tests(8, RIGHT, WRONG, HINTS, all_hints=True))

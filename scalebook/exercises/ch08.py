@@ -442,3 +442,28 @@ register(CodeExercise(
          "a plan whose step_time equals the target meets it: keep step_time <= target."),
     ],
 ))
+
+
+# 8.15 ------------------------------------------------------------------------------------
+def _trip15(s_kv=1, kv_factor=2, links=16, per=1.0):
+    m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
+    nbytes = 4096 * kv_factor * m.n_layers * m.n_kv_heads * m.head_dim * s_kv
+    return nbytes / (links * chip.dcn_bandwidth * per)
+
+
+register(NumericExercise(
+    id="8.15", title="The cache's trip to the decode chips", unit="seconds", rtol=0.02,
+    reference=lambda: serving.plan_serving("llama3-70b", "tpu-v5e", "bf16", "int8",
+                                           context_len=4096 + 512, output_len=512,
+                                           prompt_len=4096, n_chips=16).kv_transfer_time,
+    hints=[
+        (lambda a: _close(a, _trip15(s_kv=2)), "that is a bf16 cache; int8 is 1 byte per "
+         "element."),
+        (lambda a: _close(a, _trip15(kv_factor=1)), "each token stores a key and a value: "
+         "2 L H_kv h s_kv bytes."),
+        (lambda a: _close(a, _trip15(links=1)), "that sends the whole cache over one link; "
+         "each of the 16 chips sends its own share at the same time."),
+        (lambda a: _close(a, _trip15(per=1 / 8)), "dcn_bandwidth is already bytes per "
+         "second: no factor 8."),
+    ],
+))
