@@ -50,8 +50,8 @@ SLICE_1_FULL_HBM = pow2(NEED_1 / 16e9)                        # 15.2 -> 16
 SLICE_1_INT8_KV = pow2((n_params(**M70) + 64 * 8192 * kv_per_token(M70, s=1))
                        / (0.9 * 16e9))                        # 10.9 -> 16
 
-# 8.2  2 x 126 x 8 x 128 x 0.5: a 4-bit cache
-KV_2 = 2 * 126 * 8 * 128 * 0.5
+# 8.2  126 x 8 x 128 x (1 + 0.5): keys in 8 bits, values in 4
+KV_2 = 126 * 8 * 128 * (1 + 0.5)
 
 # 8.3  (N_mm x 0.5 + 64 x 8192 x KV) / (16 W), 8.4 64 / (t 16), 8.5 1.20 / 3600 / r x 1e6
 N70 = matmul_params(**M70)
@@ -153,7 +153,7 @@ RIGHT = {
 }
 WRONG = {
     "8.1": [SLICE_1_NO_KV, SLICE_1_EXACT, SLICE_1_FULL_HBM, SLICE_1_INT8_KV, 4, 64],
-    "8.2": [2 * KV_2, 4 * KV_2, KV_2 / 2, 16 * KV_2, 1000 * KV_2, 8 * KV_2],
+    "8.2": [2 * KV_2, KV_2 * 4 / 3, KV_2 * 2 / 3, 16 * KV_2, 1000 * KV_2, 8 * KV_2],
     "8.3": [T_3_BF16, T_3_NO_KV, 16 * T_3, 1e3 * T_3],
     "8.4": [16 * TPS_4, TPS_4 / 64, TPS_4 / 1024],
     "8.5": [16 * COST_5, 3600 * COST_5, COST_5 / 1e6],
@@ -165,10 +165,12 @@ WRONG = {
 HINTS = {
     "8.1": [(SLICE_1_NO_KV, "64 caches"), (4, "1 byte"), (SLICE_1_EXACT, "powers of two"),
             (SLICE_1_FULL_HBM, "90%"), (SLICE_1_INT8_KV, "2 bytes")],
-    # 1 byte vs bf16 vs 4 bytes (or bits) vs no K and V vs H heads vs H at 1 byte vs a layer
-    "8.2": [(2 * KV_2, "1-byte"), (4 * KV_2, "bf16 cache"), (8 * KV_2, "not 4 bytes"),
-            (KV_2 / 2, "factor 2"), (16 * KV_2, "8 key/value"), (32 * KV_2, "32x"),
-            (KV_2 / 126, "one layer")],
+    # values at 1 byte vs keys alone (or both at 4 bits) vs values alone vs the factor 2
+    # twice vs bf16 vs bits vs H heads vs one layer
+    "8.2": [(KV_2 * 4 / 3, "values in 8 bits"), (KV_2 * 2 / 3, "keys alone"),
+            (KV_2 / 3, "values alone"), (2 * KV_2, "already added"),
+            (KV_2 * 8 / 3, "bf16 cache"), (8 * KV_2, "counts bits"),
+            (16 * KV_2, "8 key/value"), (KV_2 / 126, "one layer")],
     "8.3": [(T_3_BF16, "counted in bf16"), (T_3 * (N70 + 64 * 8192 * kv_per_token(M70))
                                             / (N70 * 0.5 + 64 * 8192 * kv_per_token(M70)),
                                             "not one"),

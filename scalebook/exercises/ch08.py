@@ -59,34 +59,47 @@ register(NumericExercise(
 
 
 # 8.2 -------------------------------------------------------------------------------------
-# A 4-bit cache (half a byte per element): chapter 7's KV table prints bf16 and 1-byte
-# caches, not this one. The slips give distinct multiples of the answer: x2 (1 byte, the
-# table's column), x4 (bf16), x8 (4 bits taken as 4 bytes, or the answer in bits), /2 (no
-# K and V), x16 (H instead of H_kv), x32 (H and 1 byte), /126 (one layer).
-def _kv405(heads=None, s=0.5, kv=2, layers=None):
+# Keys in 8 bits and values in 4 (a "K8V4" cache: keys are the more sensitive to rounding).
+# The chapters print 405B's cache per token at 2, 1 and 0.5 bytes for both (chapters 4 and
+# 7), not this mixed one. The slips give distinct multiples of the answer: 4/3 (both at 1
+# byte), 2/3 (both at 4 bits, or the keys alone), 1/3 (the values alone), 2 (the factor 2
+# on top of a key and a value), 8/3 (bf16), 8 (bits for bytes), 16 (H instead of H_kv),
+# 1/126 (one layer).
+def _k8v4(key_bytes=1.0, value_bytes=0.5, heads=None, layers=None):
     m = _m("llama3-405b")
-    return (kv * (m.n_layers if layers is None else layers)
-            * (m.n_kv_heads if heads is None else heads) * m.head_dim * s)
+    per = ((m.n_layers if layers is None else layers)
+           * (m.n_kv_heads if heads is None else heads) * m.head_dim)
+    return per * (key_bytes + value_bytes)
+
+
+def _ref2():
+    """Half of an fp8 cache (its keys) plus half of a 4-bit one (its values)."""
+    return (inf.kv_bytes_per_token("llama3-405b", dtype="fp8")
+            + inf.kv_bytes_per_token("llama3-405b", dtype="int4")) // 2
 
 
 register(NumericExercise(
-    id="8.2", title="KV bytes per token of 405B with a 4-bit cache", unit="bytes",
-    integer=True, reference=lambda: inf.kv_bytes_per_token("llama3-405b", dtype="int4"),
+    id="8.2", title="KV bytes per token of 405B, keys in 8 bits and values in 4",
+    unit="bytes", integer=True, reference=_ref2,
     hints=[
-        (lambda a: a == _kv405(s=1), "2x too large: that is a 1-byte (int8 or fp8) cache; "
-                                     "4 bits are half a byte per element."),
-        (lambda a: a == _kv405(s=2), "4x too large: that is a bf16 cache; 4 bits are half a "
-                                     "byte per element."),
-        (lambda a: a == _kv405(s=4), "8x too large: 4 bits per element is 0.5 bytes, not 4 "
-                                     "bytes (or that is the answer in bits; answer in bytes)."),
-        (lambda a: a == _kv405(kv=1), "2x too small: a token stores a key AND a value in "
-                                      "every layer, the factor 2."),
-        (lambda a: a == _kv405(heads=_m("llama3-405b").n_heads),
+        (lambda a: a == _k8v4(value_bytes=1), "that stores the values in 8 bits too; they "
+                                              "take 4 bits, half a byte each."),
+        (lambda a: a == _k8v4(key_bytes=0.5),
+         "too small: that is the keys alone, or keys and values both at 4 bits; a token "
+         "stores a key (1 byte per element) AND a value (half a byte) in every layer."),
+        (lambda a: a == _k8v4(key_bytes=0), "that is the values alone; add the keys, 1 byte "
+                                            "per element."),
+        (lambda a: a == 2 * _k8v4(), "2x too large: the factor 2 of 2 L H_kv h s counts the "
+                                     "key and the value, which you have already added "
+                                     "separately (1 + 0.5 bytes)."),
+        (lambda a: a == _k8v4(2, 2), "that is a bf16 cache; keys take 1 byte per element and "
+                                     "values half a byte."),
+        (lambda a: a == _k8v4(8, 4), "that counts bits; the question asks for bytes (8 bits "
+                                     "each): 1 byte per key element, 0.5 per value element."),
+        (lambda a: a == _k8v4(heads=_m("llama3-405b").n_heads),
          "16x too large: GQA caches only the 8 key/value heads, not all 128 query heads."),
-        (lambda a: a == _kv405(heads=_m("llama3-405b").n_heads, s=1),
-         "32x too large: GQA caches the 8 key/value heads (not 128), at half a byte each."),
-        (lambda a: a == _kv405(layers=1), "that is one layer; the cache holds every one of "
-                                          "the 126 layers."),
+        (lambda a: a == _k8v4(layers=1), "that is one layer; the cache holds every one of the "
+                                         "126 layers."),
     ],
 ))
 
