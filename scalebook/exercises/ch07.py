@@ -184,19 +184,25 @@ register(NumericExercise(
 
 
 # 7.8 -------------------------------------------------------------------------------------
-def _tp_bound():
-    return inf.tp_decode_times("llama3-70b", "tpu-v6e", 8, 16, hop_latency=1e-6).bound
+# 8B at batch 8 over 16 v5p chips: the all-reduces' hop latency outweighs the weight read
+# for any t_hop above ~0.16 µs (1.8x at 0.3 µs, 17x at 3 µs), so the answer does not hang
+# on the assumed 1 µs. Leaving the latency out (bandwidth only) or counting L all-reduces
+# instead of 2 L both give "memory": the hint names both.
+_TP8 = dict(model="llama3-8b", chip="tpu-v5p", batch=8, n_tp=16)
+
+
+def _tp_bound(hop=1e-6):
+    return inf.tp_decode_times(**_TP8, hop_latency=hop).bound
 
 
 register(ChoiceExercise(
     id="7.8", title="What bounds tensor-parallel decode?",
     choices=("memory", "compute", "communication"), reference=_tp_bound,
-    hints={"memory": "compare the three times again.",
-           "compute": "at batch 8 the FLOPs are tiny next to the bytes; compare memory with the "
-                      "latency of 2 L all-reduces.",
-           "communication": "count the all-reduces' time: 2 L of them, each 2 (n - 1) hops of "
-                            "1 µs plus its bytes over 2 W_ici, against the weights read from "
-                            "16 HBMs at once."},
+    hints={"memory": "the all-reduces' bytes are few, but each of the 2 L all-reduces (one "
+                     "after attention, one after the MLP, in every layer) waits 2 (n - 1) = 30 "
+                     "hops of 1 µs, whatever its size: add 2 L x 2 (n - 1) t_hop to B D s / (2 W_ici).",
+           "compute": "at batch 8 the FLOPs, 2 N_mm B / (16 C), are tiny next to the bytes; "
+                      "compare the weight read from 16 HBMs with the 2 L all-reduces."},
 ))
 
 
