@@ -765,3 +765,435 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
                         duration=duration,
                         offered_rate=(float((n_req - 1) / (arrivals[-1] - arrivals[0]))
                                       if n_req > 1 else lam))
+
+
+# -- serving a mixture of experts (chapter 8, section 8.9) ---------------------------------
+# and multi-token prediction, a speculation without a draft model (chapter 7, section 7.6).
+# Kept apart from the step-time functions above: these take a MoEConfig (or a dense model)
+# and use the per-kernel step, T_attn + max(T_math, T_weights) + T_a2a.
+from .models import MoEConfig as _MoEConfig  # noqa: E402
+
+__all__ += ["expected_experts", "MoEStep", "moe_decode_step", "moe_critical_batch",
+            "MTPGain", "mtp_module_params", "mtp_speedup", "mtp_break_even_batch"]
+
+
+def expected_experts(n_experts: int, top_k: int, tokens: float) -> float:
+    """Expected number of distinct routed experts that ``tokens`` (B) tokens reach in one
+    MoE layer, each token sent to ``top_k`` (k) of ``n_experts`` (E): E (1 - (1 - k/E)^B).
+
+    Assumes uniform, independent routing: each token's k experts are a uniformly random
+    set, so a given expert is missed by one token with probability 1 - k/E and by all B
+    with (1 - k/E)^B. B = 1 gives k; B -> infinity gives E. Real routers are not uniform
+    (popular experts are hit more often), so fewer distinct experts are reached: this is an
+    upper bound on the weights a step reads for a given batch."""
+    E = check_positive_int("n_experts", n_experts)
+    k = check_positive_int("top_k", top_k)
+    if k > E:
+        raise ValueError(f"top_k={k} experts per token is more than n_experts={E}")
+    B = check_nonnegative("tokens", tokens)
+    return E * (1 - (1 - k / E) ** B)
+
+
+@dataclass(frozen=True)
+class MoEStep:
+    """One decode step of ``batch`` sequences, ``queries`` tokens each (1 for plain decode,
+    gamma + 1 to verify gamma speculated tokens), on ``n_chips`` chips: r = n / n_ep copies
+    of an expert-parallel group of ``n_ep`` chips, each copy serving batch / r sequences.
+
+    ``experts_read``: routed experts per MoE layer one group reads (E_B; 0 for a dense
+    model). ``flops``: weight-matmul FLOPs, ``attn_flops``: attention FLOPs, both over all
+    chips. ``weight_bytes``: weight bytes read by all groups together; ``kv_bytes``: the
+    cache read. Times in seconds: ``t_attn`` the attention kernels, ``t_math`` and
+    ``t_weights`` the weight matmuls' compute and weight reading, ``t_a2a`` the dispatch and
+    combine all-to-alls of every MoE layer.
+
+    ``time`` = t_attn + max(t_math, t_weights) + t_a2a: attention (bound by reading the
+    cache) and the weight matmuls run one after the other, and the all-to-alls are not
+    overlapped with either; with ``overlap_a2a`` (two micro-batches that take turns, one
+    computing while the other communicates) it is max(t_attn + max(t_math, t_weights),
+    t_a2a). ``optimistic`` = max of all four: perfect overlap, a bound that
+    is never larger than ``time``."""
+
+    model: str
+    batch: int
+    queries: int
+    n_chips: int
+    n_ep: int
+    experts_read: float
+    flops: float
+    attn_flops: float
+    weight_bytes: float
+    kv_bytes: float
+    t_attn: float
+    t_math: float
+    t_weights: float
+    t_a2a: float
+
+    overlap_a2a: bool = False
+
+    @property
+    def time(self) -> float:
+        kernels = self.t_attn + max(self.t_math, self.t_weights)
+        return max(kernels, self.t_a2a) if self.overlap_a2a else kernels + self.t_a2a
+
+    @property
+    def optimistic(self) -> float:
+        return max(self.t_attn, self.t_math, self.t_weights, self.t_a2a)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.queries
+
+    @property
+    def bound(self) -> str:
+        """What bounds the weight matmuls: "compute" or "memory"."""
+        return "compute" if self.t_math >= self.t_weights else "memory"
+
+    @property
+    def weight_bytes_per_token(self) -> float:
+        return self.weight_bytes / self.tokens
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second of the whole slice (one per sequence per step in decode)."""
+        return self.tokens / self.time
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """Parameter counts a decode step needs, for a dense model or an MoE."""
+
+    name: str
+    base: TransformerConfig
+    n_experts: int       # 1 for a dense model
+    top_k: int           # 1 for a dense model
+    moe_layers: int      # 0 for a dense model
+    expert: int          # parameters of one routed expert (its gated MLP)
+    n_shared: int        # shared experts per MoE layer (0 for a dense model)
+    fixed: int           # matmul parameters every token meets: all but the routed experts
+    active: int          # matmul parameters one token meets (2 x this = FLOPs per token)
+    total: int           # every parameter (memory)
+
+
+def _parts(model) -> _Parts:
+    if isinstance(model, _MoEConfig):
+        c = model.dense
+        N_e = c.mlp_params_per_layer()
+        active = model.active_matmul_params()
+        return _Parts(model.name, c, model.n_experts, model.top_k, model.moe_layers, N_e,
+                      model.n_shared, active - model.moe_layers * model.top_k * N_e, active,
+                      model.total_params())
+    try:
+        c = get_model(model)
+    except Exception:
+        raise ValueError(f"model must be a MoEConfig (e.g. scalebook.models.MIXTRAL_8X7B) or "
+                         f"a dense model (a name or TransformerConfig); got {model!r}") from None
+    mm = c.matmul_params()
+    return _Parts(c.name, c, 1, 1, 0, 0, 0, mm, mm, c.num_params())
+
+
+def _groups(p: _Parts, n_chips, n_ep, batch) -> tuple[int, int, int]:
+    """(n, n_ep, r): the chips, the expert-parallel group and its copies, checked."""
+    n = check_positive_int("n_chips", n_chips)
+    B = check_positive_int("batch", batch)
+    if n_ep is None:
+        n_ep = n
+    n_ep = check_positive_int("n_ep", n_ep)
+    if p.moe_layers == 0 and n_ep != n:
+        raise ValueError(f"{p.name} is a dense model: it has no experts to split; leave n_ep "
+                         f"unset (its weights are split over all {n} chips)")
+    if n % n_ep:
+        raise ValueError(f"n_ep={n_ep} must divide n_chips={n}: the chips are n / n_ep copies "
+                         f"of one expert-parallel group")
+    if p.moe_layers and p.n_experts % n_ep:
+        raise ValueError(f"n_ep={n_ep} must divide the {p.n_experts} experts of {p.name} "
+                         f"(each chip of the group holds E / n_ep = {p.n_experts / n_ep:.3g} "
+                         f"experts); try one of "
+                         f"{[d for d in range(1, p.n_experts + 1) if p.n_experts % d == 0]}")
+    r = n // n_ep
+    if B % r:
+        raise ValueError(f"batch={B} does not split over the {r} copies of the {n_ep}-chip "
+                         f"group (n_chips={n}, n_ep={n_ep}): use a multiple of {r}")
+    return n, n_ep, r
+
+
+def _a2a_time(chip, nbytes: float, n_ep: int) -> float:
+    """One all-to-all in which each of ``n_ep`` chips holds ``nbytes`` of routed copies.
+
+    Within one fast domain (a TPU slice's torus axis, a GPU node's NVSwitch):
+    :func:`scalebook.collectives.collective_time`. A GPU group over several nodes sends the
+    (local - 1) / n_ep of its bytes meant for the other GPUs of its node over NVLink and the
+    (n_ep - local) / n_ep meant for other nodes on its own NIC (``dcn_bandwidth``), one
+    after the other, as :mod:`scalebook.training` times the expert all-to-all."""
+    domain = chip.ici_domain_chips
+    if not _coll.is_switched(chip) or domain is None or n_ep <= domain:
+        return _coll.collective_time("all-to-all", nbytes, n_ep, chip)
+    if chip.dcn_bandwidth is None:
+        raise ValueError(f"an expert group of {n_ep} {chip.name} GPUs spans several nodes of "
+                         f"{domain}, and the chip has no dcn_bandwidth: give one with "
+                         f"chip.with_(dcn_bandwidth=...)")
+    return (nbytes * (domain - 1) / n_ep / chip.ici_bandwidth
+            + nbytes * (n_ep - domain) / n_ep / chip.dcn_bandwidth)
+
+
+def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
+              compute_dtype, act_dtype, queries, kv_per_token, hbm_fraction, check_memory,
+              overlap_a2a=False, layers: int | None = None) -> MoEStep:
+    chip = get_chip(chip)
+    n, n_ep, r = _groups(p, n_chips, n_ep, batch)
+    B = batch
+    T = check_positive_int("context", context)
+    q = check_positive_int("queries (tokens per sequence in the step)", queries)
+    sw = bytes_per_element(weight_dtype, "weight_dtype")
+    sa = bytes_per_element(act_dtype, "act_dtype")
+    peak = _peak(chip, compute_dtype)
+    if not isinstance(overlap_a2a, bool):
+        raise ValueError(f"overlap_a2a must be True or False; got {overlap_a2a!r}")
+    c = p.base
+    L = c.n_layers if layers is None else layers
+    if kv_per_token is None:
+        kv_tok = kv_bytes_per_token(c, "gqa", kv_dtype) * L / c.n_layers
+    else:
+        kv_tok = check_positive("kv_bytes_per_token", kv_per_token)
+    if check_memory:
+        f = check_positive("hbm_fraction", hbm_fraction)
+        if f > 1:
+            raise ValueError(f"hbm_fraction is the share of HBM the server may use, at most 1; "
+                             f"got {f}")
+        w_chip = p.total * sw / n_ep
+        kv_chip = B * T * kv_tok / n
+        if w_chip + kv_chip > f * chip.hbm_bytes:
+            raise ValueError(
+                f"{p.name} on {n} x {chip.name} (n_ep={n_ep}): {fmt_bytes(w_chip)} of "
+                f"{weight_dtype} weights and {fmt_bytes(kv_chip)} of cache per chip "
+                f"({B} sequences of {T} tokens) exceed {fmt_bytes(f * chip.hbm_bytes)} of "
+                f"HBM by {fmt_bytes(w_chip + kv_chip - f * chip.hbm_bytes)}")
+    tokens_group = B * q / r
+    E_B = (expected_experts(p.n_experts, p.top_k, tokens_group) if p.moe_layers else 0.0)
+    group_bytes = (p.fixed + p.moe_layers * E_B * p.expert) * sw
+    flops = 2 * p.active * B * q
+    attn_flops = 4 * L * c.n_heads * c.head_dim * T * B * q
+    kv_bytes = B * T * kv_tok
+    t_a2a = 0.0
+    if p.moe_layers and n_ep > 1:
+        per_chip = tokens_group / n_ep * p.top_k * c.d_model * sa
+        t_a2a = 2 * p.moe_layers * _a2a_time(chip, per_chip, n_ep)
+    return MoEStep(model=p.name, batch=B, queries=q, n_chips=n, n_ep=n_ep, experts_read=E_B,
+                   flops=flops, attn_flops=attn_flops, weight_bytes=r * group_bytes,
+                   kv_bytes=kv_bytes,
+                   t_attn=max(attn_flops / (n * chip.bf16_flops),
+                              kv_bytes / (n * chip.hbm_bandwidth)),
+                   t_math=flops / (n * peak),
+                   t_weights=group_bytes / (n_ep * chip.hbm_bandwidth), t_a2a=t_a2a,
+                   overlap_a2a=overlap_a2a)
+
+
+def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
+                    n_ep: int | None = None, weight_dtype: str = "bf16",
+                    kv_dtype: str = "bf16", compute_dtype: str = "bf16",
+                    act_dtype: str = "bf16", queries: int = 1,
+                    kv_bytes_per_token: float | None = None, hbm_fraction: float = 1.0,
+                    check_memory: bool = True, overlap_a2a: bool = False) -> MoEStep:
+    """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
+    e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
+    at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
+
+    Layout: the ``n_chips`` (n) chips are r = n / ``n_ep`` copies of an expert-parallel
+    group of n_ep chips (default n_ep = n, one group). A group holds every expert, E / n_ep
+    per chip, and splits the other weights (attention, dense layers, shared experts, router,
+    head) n_ep ways (tensor parallelism; its all-reduces are left out, as in
+    :func:`decode_step_time`); it serves B / r sequences, the cache split evenly.
+
+    Per step, with B_g = B q / r tokens per group and uniform routing
+    (:func:`expected_experts`):
+
+    * weight bytes a group reads: s_w (N_fixed + L_moe E_B N_e), with E_B = E (1 - (1 -
+      k/E)^B_g) routed experts per MoE layer, N_e = 3 D F the parameters of one, N_fixed
+      the matmul parameters every token meets (all but the routed experts);
+      T_weights = that / (n_ep W_hbm);
+    * FLOPs of the weight matmuls 2 N_active B q (N_active: ``active_matmul_params``),
+      T_math = that / (n C);
+    * attention: reads the cache, B T x KV bytes per token, and does 4 L H h T B q FLOPs
+      (in bf16, whatever the weights); T_attn = max(FLOPs / (n C_bf16), bytes / (n W_hbm));
+    * all-to-all: per MoE layer a dispatch and a combine, each chip sending its B_g / n_ep
+      tokens' k copies of [D] at ``act_dtype``: T_a2a = 2 L_moe x one all-to-all
+      (:func:`_a2a_time`: within a node ``collective_time``, across GPU nodes NVLink then
+      the NIC).
+
+    Step = T_attn + max(T_math, T_weights) + T_a2a (nothing overlaps across kernels), or
+    with ``overlap_a2a`` max(T_attn + max(T_math, T_weights), T_a2a) (two micro-batches
+    taking turns, as DeepSeek's decoding does).
+    ``kv_bytes_per_token`` overrides the cache per token (e.g. DeepSeek's latent cache,
+    576 L s bytes, where the GQA stand-in of ``DEEPSEEK_V3`` stores more). With
+    ``check_memory`` the weights (E / n_ep experts and 1 / n_ep of the rest per chip) and
+    1 / n of the cache must fit in ``hbm_fraction`` of each chip's HBM."""
+    p = _parts(model)
+    return _moe_step(p, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
+                     compute_dtype, act_dtype, queries, kv_bytes_per_token, hbm_fraction,
+                     check_memory, overlap_a2a)
+
+
+def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
+                       weight_dtype: str = "bf16", compute_dtype: str = "bf16") -> float:
+    """The batch (sequences, one token each) above which the weight matmuls of a decode
+    step are compute-bound: T_math = T_weights of :func:`moe_decode_step`, i.e.
+    2 N_active B / (n C) = s_w (N_fixed + L_moe E_B N_e) / (n_ep W_hbm), solved for B (a
+    real number; T_math grows linearly, T_weights less than linearly, so there is one
+    crossing). For a dense model B* = C s_w / (2 W_hbm). For an MoE at large batch every
+    expert is read, and the routed experts alone need B k / E tokens per expert above B*:
+    B = B* E / k; the whole model, whose attention and shared parts are dense, sits between
+    B* and B* E / k, near B* N_total / N_active."""
+    p = _parts(model)
+    chip = get_chip(chip)
+    n = check_positive_int("n_chips", n_chips)
+    n, n_ep, r = _groups(p, n, n_ep, n)        # the checks, with a batch that splits
+    sw = bytes_per_element(weight_dtype, "weight_dtype")
+    peak = _peak(chip, compute_dtype)
+    W = chip.hbm_bandwidth
+
+    def gap(B):
+        E_B = expected_experts(p.n_experts, p.top_k, B / r) if p.moe_layers else 0.0
+        t_w = (p.fixed + p.moe_layers * E_B * p.expert) * sw / (n_ep * W)
+        return 2 * p.active * B / (n * peak) - t_w
+
+    lo, hi = 0.0, 1.0
+    while gap(hi) < 0:
+        lo, hi = hi, 2 * hi
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+    return hi
+
+
+# -- multi-token prediction: speculation without a draft model ------------------------------
+@dataclass(frozen=True)
+class MTPGain:
+    """Speculative decoding with multi-token-prediction modules (or EAGLE/Medusa-style
+    heads) on the target itself, against plain decoding at the same batch.
+
+    ``tokens_per_step``: (1 - alpha^(gamma+1)) / (1 - alpha). ``t_plain``: a plain decode
+    step of B tokens; ``t_verify``: the target's step on B (gamma + 1) tokens (each sequence's
+    cache read once); ``t_module``: one pass of the module over B tokens, run gamma times.
+    ``rho`` = t_module / t_plain. The cost of a step in plain steps is
+    t_verify / t_plain + gamma rho, and the speed-up is tokens_per_step / cost (> 1: it pays).
+    """
+
+    alpha: float
+    gamma: int
+    tokens_per_step: float
+    t_plain: float
+    t_verify: float
+    t_module: float
+    rho: float
+
+    @property
+    def verify_ratio(self) -> float:
+        """t(B (gamma + 1)) / t(B): 1 while the step is memory-bound, up to gamma + 1."""
+        return self.t_verify / self.t_plain
+
+    @property
+    def cost_per_step(self) -> float:
+        return self.verify_ratio + self.gamma * self.rho
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_step / self.cost_per_step
+
+
+def _mtp_parts(p: _Parts) -> _Parts:
+    """One MTP module as DeepSeek-V3 builds it (arXiv:2412.19437, section 2.2): one more
+    transformer layer like the model's last (for an MoE, an MoE layer: attention, E routed
+    and the shared experts, a router), a projection [2D, D] of the normed hidden state and
+    the next token's embedding, and the model's own output head [D, V] (shared, but read
+    again). The embedding lookup is not a matmul."""
+    c = p.base
+    D = c.d_model
+    head = c.vocab_size * D
+    fixed = c.attention_params_per_layer() + 2 * D * D + head
+    if p.moe_layers:
+        fixed += p.n_shared * p.expert + D * p.n_experts
+        return _Parts(f"{p.name} MTP module", c, p.n_experts, p.top_k, 1, p.expert,
+                      p.n_shared, fixed, fixed + p.top_k * p.expert,
+                      fixed + p.n_experts * p.expert)
+    fixed += c.mlp_params_per_layer()
+    return _Parts(f"{p.name} MTP module", c, 1, 1, 0, 0, 0, fixed, fixed, fixed)
+
+
+def mtp_module_params(model) -> int:
+    """Matmul parameters of one multi-token-prediction module (:func:`_mtp_parts`): one
+    layer of the model (all its experts), the [2D, D] projection and the output head."""
+    return _mtp_parts(_parts(model)).total
+
+
+def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int = 1,
+                n_chips: int = 1, n_ep: int | None = None, weight_dtype: str = "bf16",
+                kv_dtype: str = "bf16", compute_dtype: str = "bf16",
+                act_dtype: str = "bf16", kv_bytes_per_token: float | None = None,
+                rho: float | None = None, check_memory: bool = True,
+                overlap_a2a: bool = False) -> MTPGain:
+    """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
+    module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
+    for ``batch`` sequences of ``context`` tokens.
+
+    Each step runs the module gamma times on B tokens (cost rho each, in plain steps), then
+    the target verifies gamma + 1 tokens per sequence in one step. All three are
+    :func:`moe_decode_step`'s per-kernel steps (a dense model or an MoE, same layout
+    arguments): t_plain = t(B), t_verify = t(B (gamma + 1)) reading each cache once; the
+    module's step is one layer with the projection and the head, its own one-layer cache.
+    While the step is memory-bound the verification costs about one plain step; past the
+    critical batch its matmuls cost gamma + 1 times as much (and an MoE reads more experts
+    at small batch), so the speed-up falls below 1 at large batch.
+    ``rho`` given: use it instead of the module's computed cost. With ``check_memory``
+    the plain batch must fit (:func:`moe_decode_step`)."""
+    a = _alpha(alpha)
+    g = check_positive_int("gamma (tokens speculated per step)", gamma)
+    p = _parts(model)
+    kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
+              weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
+              act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a)
+    plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
+                      check_memory=check_memory, **kw)
+    verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,
+                       check_memory=False, **kw)
+    kv_one = None if kv_bytes_per_token is None else (
+        check_positive("kv_bytes_per_token", kv_bytes_per_token) / p.base.n_layers)
+    module = _moe_step(_mtp_parts(p), queries=1, kv_per_token=kv_one, check_memory=False,
+                       layers=1, **kw)
+    if rho is None:
+        r = module.time / plain.time
+    else:
+        r = check_nonnegative("rho (module pass / plain step)", rho)
+    return MTPGain(alpha=a, gamma=g, tokens_per_step=speculative_tokens_per_step(a, g),
+                   t_plain=plain.time, t_verify=verify.time, t_module=module.time, rho=r)
+
+
+def mtp_break_even_batch(model, chip, context: int, alpha: float, gamma: int = 1,
+                         n_chips: int = 1, n_ep: int | None = None, max_batch: int = 2 ** 24,
+                         **kw) -> int | None:
+    """The smallest batch at which :func:`mtp_speedup` falls below 1, searching upward:
+    batches r, 2 r, 4 r, ... (r = n_chips / n_ep, so each splits over the groups) until the
+    speed-up drops below 1, then bisection between the last two (multiples of r). Memory is
+    not checked (compare with what fits). None when it still pays at ``max_batch``.
+    ``kw``: the dtypes, ``kv_bytes_per_token``, ``rho``, ``overlap_a2a`` of
+    :func:`mtp_speedup`."""
+    p = _parts(model)
+    n = check_positive_int("n_chips", n_chips)
+    n, n_ep, r = _groups(p, n, n_ep, n)
+    top = check_positive_int("max_batch", max_batch)
+
+    def pays(B):
+        return mtp_speedup(model, chip, B, context, alpha, gamma, n, n_ep,
+                           check_memory=False, **kw).speedup >= 1
+
+    if not pays(r):
+        return r
+    lo = r
+    while pays(2 * lo):
+        lo *= 2
+        if lo > top:
+            return None
+    hi = 2 * lo                       # pays at lo, not at hi: bisect on multiples of r
+    while hi - lo > r:
+        mid = (lo + hi) // (2 * r) * r
+        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
+    return hi

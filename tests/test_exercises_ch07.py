@@ -165,6 +165,32 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (5 / 1.4, "alpha = 1")],
 }
 
+# 7.14  LLaMA-3 70B, fp8 weights and compute, bf16 cache, 8 H200, B = 128, T = 1024, one MTP
+# module (gamma = 1), alpha = 0.85, rho = 0.03: speed-up (1 + alpha) / (t(2B) / t(B) + rho),
+# t = T_attn (the cache, read once per sequence) + max(2 N_mm B q / (8 C), N_mm / (8 W))
+H200 = get_chip("gpu-h200")
+
+
+def step_14(q, kv_copies=1):
+    t_attn = kv_copies * 128 * 1024 * kv_per_token(M70) / (8 * H200.hbm_bandwidth)
+    return t_attn + max(2 * N70 * 128 * q / (8 * 1.979e15), N70 / (8 * H200.hbm_bandwidth))
+
+
+RATIO_14 = step_14(2) / step_14(1)
+MTP_14 = 1.85 / (RATIO_14 + 0.03)
+RIGHT["7.14"] = MTP_14
+WRONG["7.14"] = [1.85 / 1.03, 1.85 / (step_14(2, 2) / step_14(1) + 0.03), 1.85 / RATIO_14,
+                 1.85 / 2.03, 2 / (RATIO_14 + 0.03), 0.85 / (RATIO_14 + 0.03)]
+HINTS["7.14"] = [(1.85 / 1.03, "as free"),
+                 (1.85 / (step_14(2, 2) / step_14(1) + 0.03), "read once"),
+                 (1.85 / RATIO_14, "MTP module's own pass"), (1.85 / 2.03, "costs 2 steps"),
+                 (2 / (RATIO_14 + 0.03), "not 2"), (0.85 / (RATIO_14 + 0.03), "not alpha")]
+
+
+def test_7_14_is_between_free_and_compute_bound():
+    assert 1 < RATIO_14 < 2 and 1.5 < MTP_14 < 1.65
+
+
 # Right answers accepted (and the tolerance band on both sides), typical mistakes rejected
 # with their hint, every numeric hint reached, ... not attempted, malformed answers
 # answered: tests/exercise_harness.py.

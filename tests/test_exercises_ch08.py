@@ -208,6 +208,31 @@ HINTS = {
              (16 * TRIP_15, "one link"), (8 * TRIP_15, "no factor 8")],
 }
 
+# 8.13  DeepSeek-V3 (arXiv:2412.19437, section 4.2), fp8 weights, batch 8: the matmul weights
+# every token meets (attention of the GQA stand-in, 3 dense MLPs of 18432, 1 shared expert
+# and a [D, E] router per MoE layer, the head) + 58 x E (1 - (1 - k/E)^8) routed experts
+DS = dict(L=61, D=7168, H=128, K=8, h=96, F=2048, F_dense=18432, V=129280, E=256, k=8)
+N_E = 3 * DS["D"] * DS["F"]
+FIXED_13 = (DS["L"] * (2 * DS["D"] * DS["H"] * DS["h"] + 2 * DS["D"] * DS["K"] * DS["h"])
+            + 3 * 3 * DS["D"] * DS["F_dense"] + 58 * (N_E + DS["D"] * DS["E"])
+            + DS["V"] * DS["D"])
+E_8 = DS["E"] * (1 - (1 - DS["k"] / DS["E"]) ** 8)
+BYTES_13 = FIXED_13 + 58 * E_8 * N_E
+ACTIVE_13 = FIXED_13 + 58 * 8 * N_E
+RIGHT["8.13"] = BYTES_13
+WRONG["8.13"] = [ACTIVE_13, FIXED_13 + 58 * 256 * N_E, FIXED_13 + 58 * 64 * N_E,
+                 8 * ACTIVE_13, 2 * BYTES_13, 58 * E_8 * N_E, FIXED_13 + 61 * E_8 * N_E]
+HINTS["8.13"] = [(ACTIVE_13, "one token's"), (FIXED_13 + 58 * 256 * N_E, "all 256"),
+                 (FIXED_13 + 58 * 64 * N_E, "counts an expert twice"),
+                 (8 * ACTIVE_13, "once per step"), (2 * BYTES_13, "1 byte"),
+                 (58 * E_8 * N_E, "routed experts alone"),
+                 (FIXED_13 + 61 * E_8 * N_E, "58 of the 61")]
+
+
+def test_8_13_hand_figures():
+    assert 57 < E_8 < 58 and 1.5e11 < BYTES_13 < 1.8e11
+
+
 globals().update(standard_tests(8, RIGHT, WRONG, HINTS, all_hints=True))
 
 

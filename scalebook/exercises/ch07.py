@@ -402,3 +402,52 @@ register(CodeExercise(
          "that is the tokens used; pages are allocated whole."),
     ],
 ))
+
+
+# 7.14 ------------------------------------------------------------------------------------
+_B14, _T14, _N14, _A14, _RHO14 = 128, 1024, 8, 0.85, 0.03
+
+
+def _t14(queries=1, kv_copies=1, free=False):
+    """The per-kernel step of 70B (fp8 weights and compute, bf16 cache) on 8 H200:
+    T_attn (the cache read once per sequence) + max(T_math, T_weights)."""
+    from ..hardware import get_chip
+    from ..models import get_model
+    m, chip = get_model("llama3-70b"), get_chip("gpu-h200")
+    N = m.matmul_params()
+    t_attn = kv_copies * _B14 * _T14 * inf.kv_bytes_per_token(m) / (_N14 * chip.hbm_bandwidth)
+    t_math = 2 * N * _B14 * (1 if free else queries) / (_N14 * chip.fp8_flops)
+    return t_attn + max(t_math, N / (_N14 * chip.hbm_bandwidth))
+
+
+def _ref14():
+    return inf.mtp_speedup("llama3-70b", "gpu-h200", _B14, _T14, _A14, 1, n_chips=_N14,
+                           weight_dtype="fp8", compute_dtype="fp8", rho=_RHO14).speedup
+
+
+def _s14(tokens=1 + _A14, ratio=None, rho=_RHO14):
+    ratio = _t14(2) / _t14() if ratio is None else ratio
+    return tokens / (ratio + rho)
+
+
+register(NumericExercise(
+    id="7.14", title="Does multi-token prediction pay at batch 128?", unit="", rtol=0.015,
+    reference=_ref14,
+    hints=[
+        (lambda a: _close(a, _s14(ratio=1.0), 0.005), "that takes the verification as free; "
+         "256 tokens are past the critical batch of fp8 on H200 (about 206), so the matmuls "
+         "of the verification step take longer than reading the weights."),
+        (lambda a: _close(a, _s14(ratio=_t14(2, kv_copies=2) / _t14()), 0.01),
+         "each sequence's cache is read once in the verification step: its 2 queries share "
+         "it, so the attention time does not double."),
+        (lambda a: _close(a, _s14(rho=0.0), 0.005), "add the MTP module's own pass: "
+         "cost = t(2B) / t(B) + gamma rho."),
+        (lambda a: _close(a, _s14(ratio=2.0), 0.01), "the verification costs 2 steps only "
+         "when everything is compute-bound; here attention reads the cache once and only "
+         "the matmuls' compute grows."),
+        (lambda a: _close(a, _s14(tokens=2.0), 0.01), "the second token is kept only with "
+         "probability alpha: 1 + alpha tokens per step on average, not 2."),
+        (lambda a: _close(a, _s14(tokens=_A14), 0.01), "the target always adds a token of "
+         "its own: 1 + alpha tokens per step, not alpha."),
+    ],
+))

@@ -520,6 +520,57 @@ register(CodeExercise(
 ))
 
 
+# 8.13 ------------------------------------------------------------------------------------
+_B13 = 8      # sequences: small enough that the tokens share few experts, not so few that
+#               B k distinct experts (no sharing) is within the tolerance
+
+
+def _ds3():
+    from ..models import DEEPSEEK_V3
+    return DEEPSEEK_V3
+
+
+def _bytes13(experts=None, layers=None, fixed=True, s_w=1.0):
+    """Weight bytes one decode step of DeepSeek-V3 reads at batch 8, or a typical mistake:
+    ``experts`` routed experts per MoE layer instead of E_B, over ``layers`` layers."""
+    m = _ds3()
+    E, k, N_e = m.n_experts, m.top_k, m.dense.mlp_params_per_layer()
+    E_B = inf.expected_experts(E, k, _B13) if experts is None else experts
+    L = m.moe_layers if layers is None else layers
+    base = m.active_matmul_params() - m.moe_layers * k * N_e
+    return s_w * ((base if fixed else 0) + L * E_B * N_e)
+
+
+def _ref13():
+    return inf.moe_decode_step(_ds3(), "gpu-h200", _B13, 4096, n_chips=32,
+                               weight_dtype="fp8", compute_dtype="fp8",
+                               check_memory=False).weight_bytes
+
+
+register(NumericExercise(
+    id="8.13", title="The weights an MoE decode step reads", unit="bytes", rtol=0.03,
+    reference=_ref13,
+    hints=[
+        (lambda a: _close(a, _bytes13(experts=_ds3().top_k)), "that is one token's weights "
+         "(the active parameters); 8 tokens reach more than 8 experts per layer."),
+        (lambda a: _close(a, _bytes13(experts=_ds3().n_experts)), "that reads all 256 "
+         "experts; at batch 8 a step reaches only E (1 - (1 - k/E)^B) of them on average."),
+        (lambda a: _close(a, _bytes13(experts=_B13 * _ds3().top_k)), "close, but B k = 64 "
+         "experts counts an expert twice when two tokens pick it: the expected number of "
+         "distinct experts is E (1 - (1 - k/E)^B)."),
+        (lambda a: _close(a, _B13 * _bytes13(experts=_ds3().top_k)), "the weights are read "
+         "once per step for all 8 tokens, not once per token."),
+        (lambda a: _close(a, _bytes13(s_w=2.0)), "fp8 weights are 1 byte each, not 2."),
+        (lambda a: _close(a, _bytes13(fixed=False)), "that is the routed experts alone; add "
+         "the weights every token meets: attention, the 3 dense layers' MLPs, the shared "
+         "experts, the routers and the output head."),
+        (lambda a: _close(a, _bytes13(layers=_ds3().dense.n_layers)), "only 58 of the 61 "
+         "layers have experts: the first 3 are dense (their MLPs are in the weights every "
+         "token meets)."),
+    ],
+))
+
+
 # 8.15 ------------------------------------------------------------------------------------
 def _trip15(s_kv=1, kv_factor=2, links=16, per=1.0):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
