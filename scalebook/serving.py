@@ -729,8 +729,9 @@ def candidate_plans(model, chips, weights_dtypes=("bf16", "int8", "int4"), kv_dt
 
 
 def pareto_front(plans) -> list[ServingPlan]:
-    """The plans no other plan beats on both time per token (lower) and tokens/s per chip
-    (higher), sorted by time per token; along the front both rise strictly."""
+    """The plans no other plan dominates (a time per token no longer and tokens/s per chip
+    no fewer, and better on one), sorted by time per token; along the front both rise
+    strictly."""
     ps = sorted(_as_list(plans, "plans"), key=lambda p: (p.step_time, -p.tokens_per_s_per_chip))
     front, best = [], -math.inf
     for p in ps:
