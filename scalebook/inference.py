@@ -37,7 +37,7 @@ __all__ = [
     "latency_throughput", "chips_to_fit", "TPTimes", "tp_decode_times", "ici_bound_tp_degree",
     "KVSharding", "kv_cache_sharding", "weight_stationary_comm_bytes", "SpeculativeGain",
     "speculative_tokens_per_step", "speculative_gain", "best_draft_length", "ServingStats",
-    "simulate_serving",
+    "simulate_serving", "mixed_step_time",
 ]
 
 # Short dtype names of the chapter -> names of scalebook.units.DTYPE_BYTES.
@@ -635,7 +635,10 @@ def best_draft_length(alpha: float, cost_ratio: float, k_max: int = 16) -> int:
 # -- a serving simulator -------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServingStats:
-    """Results of :func:`simulate_serving`: seconds, tokens/s, and per-request arrays."""
+    """Results of :func:`simulate_serving`: seconds, tokens/s, and per-request arrays.
+
+    ``tpot`` lists the requests with more than one output token; ``request_tpot`` has one
+    entry per request, in arrival order (nan where a request made a single token)."""
 
     policy: str
     rate: float
@@ -646,6 +649,9 @@ class ServingStats:
     mean_batch: float          # sequences per decode step, on average
     duration: float
     offered_rate: float = float("nan")   # the arrivals' realised rate, requests/s
+    request_tpot: tuple = ()   # TPOT of every request, nan for a single output token
+    preemptions: int = 0       # running requests sent back to the queue (paged KV only)
+    kv_pages: int = 0          # pages of the KV budget (paged KV only)
 
     def percentile(self, what: str, q: float) -> float:
         """A percentile (0-100) of "ttft", "tpot" or "latency"."""
@@ -655,6 +661,27 @@ class ServingStats:
         if q > 100:
             raise ValueError(f"q is a percentile, from 0 to 100; got {q}")
         return float(np.percentile(getattr(self, what), q))
+
+    def _meets(self, ttft_slo, tpot_slo) -> np.ndarray:
+        a = check_positive("ttft_slo (seconds)", ttft_slo)
+        b = check_positive("tpot_slo (seconds)", tpot_slo)
+        if len(self.request_tpot) != len(self.ttft):
+            raise ValueError("these stats have no per-request TPOT (request_tpot); "
+                             "run simulate_serving again")
+        tp = np.asarray(self.request_tpot, dtype=float)
+        return (np.asarray(self.ttft) <= a) & (np.isnan(tp) | (tp <= b))
+
+    def slo_attainment(self, ttft_slo: float, tpot_slo: float) -> float:
+        """Share of requests with TTFT <= ``ttft_slo`` and TPOT <= ``tpot_slo`` (seconds);
+        a request of one output token has no TPOT and meets that part."""
+        return float(self._meets(ttft_slo, tpot_slo).mean())
+
+    def goodput(self, ttft_slo: float, tpot_slo: float) -> float:
+        """Requests/s that meet both SLOs: their count over the run's ``duration`` (Zhong et
+        al., DistServe, arXiv:2401.09670, rate requests by the SLOs they meet; they call
+        goodput the highest arrival rate at which a target share of requests meets
+        them)."""
+        return float(self._meets(ttft_slo, tpot_slo).sum()) / self.duration
 
 
 def _lengths(name, value, n, rng) -> np.ndarray:
@@ -668,19 +695,93 @@ def _lengths(name, value, n, rng) -> np.ndarray:
     raise ValueError(f"{name} must be a positive integer or a (low, high) range; got {value!r}")
 
 
+def _count(name, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0; got {value!r}")
+    return int(value)
+
+
+def mixed_step_time(model, chip, decode_context, chunk: int, chunk_prefix: int = 0,
+                    n_chips: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                    compute_dtype: str = "bf16", attention: str = "gqa",
+                    check_memory: bool = True) -> StepTime:
+    """One step of chunked prefill (Agrawal et al., Sarathi-Serve, arXiv:2403.02369): the
+    decode tokens of the running sequences, whose caches hold ``decode_context`` tokens (a
+    list, one T per sequence; empty for none), and ``chunk`` prompt tokens of one request
+    whose first ``chunk_prefix`` tokens are already in the cache, in ONE pass.
+
+    The matmuls see every token once and read the weights once:
+    max(2 N_mm (B + S_chunk) / nC, N_mm s_w / nW_hbm). Attention: each decode token meets
+    its T keys; chunk token i (0-based) meets T_pre + i + 1, so the chunk does
+    S_chunk (T_pre + (S_chunk + 1) / 2) query-key pairs at 4 L H h FLOPs each; the bytes are
+    the decodes' caches plus the chunk's prefix read and its own keys and values written,
+    (sum(T) + T_pre + S_chunk) x KV bytes per token. ``time`` = t_attn + t_mm as in
+    :class:`StepTime`. With no chunk it is :func:`decode_step_time`; with no decodes and
+    no prefix, :func:`prefill_time` of one prompt of ``chunk`` tokens."""
+    c, chip = _model(model), get_chip(chip)
+    n = check_positive_int("n_chips", n_chips)
+    if isinstance(decode_context, (str, bytes)) or not hasattr(decode_context, "__iter__"):
+        raise ValueError(f"decode_context must be a list of context lengths, one per decoding "
+                         f"sequence (empty for none); got {decode_context!r}")
+    Ts = [check_positive_int("decode_context (each)", x) for x in decode_context]
+    S = _count("chunk (prompt tokens in the step)", chunk)
+    T0 = _count("chunk_prefix (tokens of the prompt already cached)", chunk_prefix)
+    if not Ts and not S:
+        raise ValueError("the step has nothing to do: give decode_context or a chunk > 0")
+    if T0 and not S:
+        raise ValueError(f"chunk_prefix={T0} without a chunk: give chunk > 0")
+    c.check_context(max(Ts + [T0 + S]))
+    sw = bytes_per_element(weight_dtype, "weight_dtype")
+    kv_tok = kv_bytes_per_token(c, attention, kv_dtype)
+    kv_tokens = sum(Ts) + (T0 + S if S else 0)
+    if check_memory:
+        hbm = _hbm(chip, n, 1.0)
+        need = c.weight_bytes(sw) + kv_tokens * kv_tok
+        if need > hbm:
+            raise ValueError(f"the step's weights and {kv_tokens:,} tokens of cache need "
+                             f"{fmt_bytes(need)}: {fmt_bytes(need - hbm)} more than the "
+                             f"{fmt_bytes(hbm)} of HBM of {n} x {chip.name}")
+    peak = _peak(chip, compute_dtype)
+    attn = 4 * c.n_layers * c.n_heads * c.head_dim * (sum(Ts) + S * (T0 + (S + 1) / 2))
+    flops = 2 * c.matmul_params() * (len(Ts) + S) + attn
+    wb = c.matmul_params() * sw
+    return _step(len(Ts) + (1 if S else 0), len(Ts) + S, flops, wb, kv_tokens * kv_tok, attn,
+                 n * peak, n * chip.hbm_bandwidth)
+
+
 def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 200,
                      prompt_len=512, output_len=128, max_batch: int | None = None,
                      policy: str = "continuous", seed: int = 0, weight_dtype: str = "bf16",
-                     kv_dtype: str = "bf16") -> ServingStats:
+                     kv_dtype: str = "bf16", prefill_chunk: int | None = None,
+                     page_size: int | None = None, hbm_fraction: float = 1.0) -> ServingStats:
     """Serve ``n_requests`` arriving as a Poisson process of ``rate`` requests/s, each with
     a prompt and an output length (fixed or uniform in a (low, high) range), costing every
     step with this chapter's model (``StepTime.time``: attention, then the matmuls).
 
-    ``policy="continuous"``: at every step, waiting requests join while fewer than
-    ``max_batch`` run; their prefill runs first (the running decodes wait for it), then one
-    decode step for all. ``policy="static"``: a new batch starts only when the previous one
-    has finished every request. ``max_batch`` defaults to what fits at the longest
-    prompt + output (:func:`fit_batch`)."""
+    ``policy="continuous"``: at every step, waiting requests join (first come, first
+    served) while there is room; ``policy="static"``: a new batch starts only when the
+    previous one has finished every request.
+
+    Prefill. ``prefill_chunk=None``: the prompts that join are prefilled in one step of
+    their own (the running decodes wait for it), then one decode step for all.
+    ``prefill_chunk=k`` (chunked prefill, Sarathi-Serve, arXiv:2403.02369): every step
+    carries the decode tokens of the running batch plus up to k prompt tokens of the
+    requests being prefilled, oldest first, costed as one pass
+    (:func:`mixed_step_time`); a request makes its first token in the step that finishes
+    its prompt and decodes from the next.
+
+    Room. ``page_size=None``: at most ``max_batch`` requests run at once; it defaults to
+    what fits at the longest prompt + output (:func:`fit_batch`). ``page_size=p``
+    (tokens; paged KV, as vLLM, Kwon et al., arXiv:2309.06180): the KV budget,
+    ``hbm_fraction`` of the HBM minus the weights, is cut into pages of p tokens. A request
+    joins when the pages for its prompt and its first token, ceil((prompt + 1) / p), are
+    free after the running sequences have taken the pages they grow into this step; a
+    sequence takes a new page when its cache crosses a page boundary, and all its pages
+    come back when it finishes. When a running sequence needs a page and none is free,
+    the newest running request is preempted: its pages are freed and it goes back to the
+    front of the queue, to be prefilled again, prompt and the tokens made so far
+    (recompute, vLLM's default). ``max_batch`` is then an optional cap on running
+    requests (none by default)."""
     c, chip = _model(model), get_chip(chip)
     n_chips = check_positive_int("n_chips", n_chips)
     lam = check_positive("rate (requests/s)", rate)
@@ -689,22 +790,36 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
         raise ValueError(f"policy must be 'continuous' or 'static'; got {policy!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer; got {seed!r}")
+    chunk = None if prefill_chunk is None else check_positive_int(
+        "prefill_chunk (prompt tokens per step)", prefill_chunk)
+    page = None if page_size is None else check_positive_int("page_size (tokens)", page_size)
     rng = np.random.default_rng(seed)
     prompts = _lengths("prompt_len", prompt_len, n_req, rng)
     outputs = _lengths("output_len", output_len, n_req, rng)
     longest = int((prompts + outputs).max())
-    fit = fit_batch(c, chip, n_chips, longest, weight_dtype, kv_dtype)
-    if max_batch is None:
-        max_batch = fit.max_batch
-    max_batch = check_positive_int("max_batch", max_batch)
-    if max_batch > fit.max_batch:
-        raise ValueError(f"max_batch={max_batch} sequences of up to {longest} tokens do not fit: "
-                         f"at most {fit.max_batch} do on {n_chips} x {chip.name}")
-    arrivals = np.cumsum(rng.exponential(1 / lam, size=n_req))
-    # The step costs of decode_step_time and prefill_time, with their constants taken out
-    # of the loop (the tests check that the two agree).
-    sw = bytes_per_element(weight_dtype, "weight_dtype")
+    fit = fit_batch(c, chip, n_chips, longest, weight_dtype, kv_dtype,
+                    hbm_fraction=hbm_fraction)
     kv_tok = kv_bytes_per_token(c, "gqa", kv_dtype)
+    n_pages = 0
+    if page is None:
+        if max_batch is None:
+            max_batch = fit.max_batch
+        max_batch = check_positive_int("max_batch", max_batch)
+        if max_batch > fit.max_batch:
+            raise ValueError(f"max_batch={max_batch} sequences of up to {longest} tokens do "
+                             f"not fit: at most {fit.max_batch} do on {n_chips} x {chip.name}")
+    else:
+        max_batch = n_req if max_batch is None else check_positive_int("max_batch", max_batch)
+        n_pages = int(fit.free // (page * kv_tok))
+        worst = int(np.ceil((prompts + outputs) / page).max())
+        if worst > n_pages:
+            raise ValueError(f"a request of {longest} tokens needs {worst} pages of {page} "
+                             f"tokens; the KV budget ({fmt_bytes(fit.free)} after the weights)"
+                             f" holds {n_pages}")
+    arrivals = np.cumsum(rng.exponential(1 / lam, size=n_req))
+    # The step costs of decode_step_time, prefill_time and mixed_step_time, with their
+    # constants taken out of the loop (the tests check that they agree).
+    sw = bytes_per_element(weight_dtype, "weight_dtype")
     C, W = n_chips * chip.bf16_flops, n_chips * chip.hbm_bandwidth
     w_flops, w_bytes = 2 * c.matmul_params(), c.matmul_params() * sw
     attn = 4 * c.n_layers * c.n_heads * c.head_dim
@@ -717,54 +832,135 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
     def decode_cost(B, total_T):
         return max(attn * total_T / C, kv_tok * total_T / W) + max(w_flops * B / C, w_bytes / W)
 
+    def mixed_cost(B, total_T, pieces):
+        # pieces: (prefix, tokens) of each prompt chunk in the step
+        pairs = total_T + sum(k * (p0 + (k + 1) / 2) for p0, k in pieces)
+        kv = total_T + sum(p0 + k for p0, k in pieces)
+        tokens = B + sum(k for _, k in pieces)
+        return max(attn * pairs / C, kv_tok * kv / W) + max(w_flops * tokens / C, w_bytes / W)
+
     first = np.zeros(n_req)
     finish = np.zeros(n_req)
     made = np.zeros(n_req, dtype=int)
-    t, nxt, waiting, active, done = 0.0, 0, [], [], 0
+    ctx0 = np.zeros(n_req, dtype=int)      # tokens to prefill when admitted
+    todo = np.zeros(n_req, dtype=int)      # of those, not yet prefilled (chunked)
+    held = np.zeros(n_req, dtype=int)      # pages held (paged)
+    state = {"free": n_pages, "preempted": 0, "done": 0}
+    t, nxt, waiting, running = 0.0, 0, [], []
     batch_sizes = []
-    while done < n_req:
+
+    def pages(tokens):
+        return -(-int(tokens) // page)
+
+    def release(r):
+        state["free"] += held[r]
+        held[r] = 0
+
+    def preempt(r):
+        release(r)
+        running.remove(r)
+        waiting.insert(0, r)
+        state["preempted"] += 1
+
+    def grow():
+        # every decoding sequence takes the pages its next token needs, oldest first;
+        # where none is free, the newest running request gives its pages back
+        i = 0
+        while i < len(running):
+            r = running[i]
+            if todo[r]:
+                i += 1
+                continue
+            need = pages(prompts[r] + made[r]) - held[r]
+            while need > state["free"] and running[-1] != r:
+                preempt(running[-1])
+            if need > state["free"]:
+                preempt(r)
+                break
+            state["free"] -= need
+            held[r] += need
+            i += 1
+
+    def made_one(r, now):
+        # r made a token at time now; returns True while it still runs
+        if made[r] == 0:
+            first[r] = now
+        made[r] += 1
+        if made[r] == outputs[r]:
+            finish[r] = now
+            state["done"] += 1
+            if page is not None:
+                release(r)
+            return False
+        return True
+
+    while state["done"] < n_req:
         while nxt < n_req and arrivals[nxt] <= t:
             waiting.append(nxt)
             nxt += 1
-        if not active and not waiting:
+        if not running and not waiting:
             t = float(arrivals[nxt])
             continue
+        if page is not None:
+            grow()
         admit = []
-        if policy == "continuous" or not active:
-            room = max_batch - len(active)
-            admit, waiting = waiting[:room], waiting[room:]
-        if admit:
-            # one prefill step for all who join: the weights are read once, the FLOPs add up
-            t += prefill_cost([int(prompts[r]) for r in admit])
-            for r in admit:
-                first[r] = t
-                made[r] = 1
-                if made[r] == outputs[r]:
-                    finish[r] = t
-                    done += 1
-                else:
-                    active.append(r)
-        if active:
-            t += decode_cost(len(active), int(sum(prompts[r] + made[r] for r in active)))
-            batch_sizes.append(len(active))
-            still = []
-            for r in active:
-                made[r] += 1
-                if made[r] == outputs[r]:
-                    finish[r] = t
-                    done += 1
-                else:
-                    still.append(r)
-            active = still
-    tpot = [(finish[r] - first[r]) / (outputs[r] - 1) for r in range(n_req) if outputs[r] > 1]
+        if policy == "continuous" or not running:
+            while waiting and len(running) + len(admit) < max_batch:
+                r = waiting[0]
+                ctx = prompts[r] + made[r]      # a preempted request prefills again
+                if page is not None:
+                    need = pages(ctx + 1)
+                    if need > state["free"]:
+                        break
+                    state["free"] -= need
+                    held[r] = need
+                waiting.pop(0)
+                ctx0[r] = todo[r] = ctx
+                admit.append(r)
+        if chunk is None:
+            if admit:
+                # one prefill step for all who join: the weights are read once
+                t += prefill_cost([int(ctx0[r]) for r in admit])
+                for r in admit:
+                    todo[r] = 0
+                    if made_one(r, t):
+                        running.append(r)
+            if running:
+                t += decode_cost(len(running), int(sum(prompts[r] + made[r] for r in running)))
+                batch_sizes.append(len(running))
+                running[:] = [r for r in running if made_one(r, t)]
+            continue
+        running.extend(admit)
+        decoding = [r for r in running if not todo[r]]
+        pieces, budget = [], chunk
+        for r in running:
+            if budget and todo[r]:
+                k = int(min(todo[r], budget))
+                pieces.append((r, int(ctx0[r] - todo[r]), k))
+                budget -= k
+        t += mixed_cost(len(decoding), int(sum(prompts[r] + made[r] for r in decoding)),
+                        [(p0, k) for _, p0, k in pieces])
+        if decoding:
+            batch_sizes.append(len(decoding))
+        gone = {r for r in decoding if not made_one(r, t)}
+        for r, _, k in pieces:
+            todo[r] -= k
+            if not todo[r] and not made_one(r, t):
+                gone.add(r)
+        running[:] = [r for r in running if r not in gone]
+    tpot_all = np.array([(finish[r] - first[r]) / (outputs[r] - 1) if outputs[r] > 1
+                         else np.nan for r in range(n_req)])
     duration = float(finish.max() - arrivals[0])
     return ServingStats(policy=policy, rate=lam, throughput=float(outputs.sum()) / duration,
-                        ttft=tuple(first - arrivals), tpot=tuple(tpot),
+                        ttft=tuple(first - arrivals),
+                        tpot=tuple(float(x) for x in tpot_all[outputs > 1]),
                         latency=tuple(finish - arrivals),
                         mean_batch=float(np.mean(batch_sizes)) if batch_sizes else 0.0,
                         duration=duration,
                         offered_rate=(float((n_req - 1) / (arrivals[-1] - arrivals[0]))
-                                      if n_req > 1 else lam))
+                                      if n_req > 1 else lam),
+                        request_tpot=tuple(float(x) for x in tpot_all),
+                        preemptions=state["preempted"], kv_pages=n_pages)
 
 
 # -- serving a mixture of experts (chapter 8, section 8.9) ---------------------------------
@@ -1017,7 +1213,7 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
       (in bf16, whatever the weights); T_attn = max(FLOPs / (n C_bf16), bytes / (n W_hbm));
     * all-to-all: per MoE layer a dispatch and a combine, each chip sending its B_g / n_ep
       tokens' k copies of [D] at ``act_dtype``: T_a2a = 2 L_moe x one all-to-all
-      (:func:`_a2a_time`: within a node ``collective_time``, across GPU nodes NVLink then
+      (``_a2a_time``: within a node ``collective_time``, across GPU nodes NVLink then
       the NIC).
 
     Step = T_attn + max(T_math, T_weights) + T_a2a (nothing overlaps across kernels), or
@@ -1120,7 +1316,7 @@ def _mtp_parts(p: _Parts) -> _Parts:
 
 
 def mtp_module_params(model) -> int:
-    """Matmul parameters of one multi-token-prediction module (:func:`_mtp_parts`): one
+    """Matmul parameters of one multi-token-prediction module (``_mtp_parts``): one
     layer of the model (all its experts), the [2D, D] projection and the output head."""
     return _mtp_parts(_parts(model)).total
 

@@ -114,6 +114,38 @@ SPEEDUP = (1 - 0.7 ** 5) / (0.3 * 1.4)
 NO_DRAFT_COST = (1 - 0.7 ** 5) / 0.3
 GAMMA_TERMS = (1 - 0.7 ** 4) / 0.3 / 1.4
 
+
+# 7.15  one pass of 32 decodes at T = 8192 and a 512-token chunk after a 32,768-token prefix
+# (8B, bf16, one H100): attention max(4 L H h pairs / C, KV tokens x KV / W), then the
+# matmuls max(2 N_mm (32 + 512) / C, 2 N_mm / W)
+N8 = matmul_params(**M8)
+ATT8 = 4 * M8["L"] * M8["H"] * M8["h"]
+PAIRS_15 = 32 * 8192 + sum(32768 + i + 1 for i in range(512))
+KV_TOK_15 = 32 * 8192 + 32768 + 512
+
+
+def step_15(pairs=PAIRS_15, kv_tokens=KV_TOK_15, tokens=32 + 512, weights=1, attn=True):
+    t_attn = max(ATT8 * pairs / H100.bf16_flops,
+                 kv_tokens * kv_per_token(M8) / H100.hbm_bandwidth)
+    t_mm = max(2 * N8 * tokens / H100.bf16_flops, weights * 2 * N8 / H100.hbm_bandwidth)
+    return (t_attn if attn else 0) + t_mm
+
+
+STEP_15 = step_15()
+# a decode step (memory-bound at 32) plus a separate chunk pass: the weights read twice
+STEP_15_APART = (max(ATT8 * 32 * 8192 / H100.bf16_flops,
+                     32 * 8192 * kv_per_token(M8) / H100.hbm_bandwidth)
+                 + max(2 * N8 * 32 / H100.bf16_flops, 2 * N8 / H100.hbm_bandwidth)
+                 + step_15(pairs=PAIRS_15 - 32 * 8192, kv_tokens=32768 + 512, tokens=512))
+STEP_15_OVERLAP = max((ATT8 * PAIRS_15 + 2 * N8 * 544) / H100.bf16_flops,
+                      (KV_TOK_15 * kv_per_token(M8) + 2 * N8) / H100.hbm_bandwidth)
+STEP_15_NO_PREFIX = step_15(pairs=32 * 8192 + 512 * 513 / 2, kv_tokens=32 * 8192 + 512)
+STEP_15_WHOLE_PROMPT = step_15(pairs=32 * 8192 + 33280 * 33281 / 2)
+STEP_15_WEIGHTS_ONLY = (max(ATT8 * PAIRS_15 / H100.bf16_flops,
+                            KV_TOK_15 * kv_per_token(M8) / H100.hbm_bandwidth)
+                        + 2 * N8 / H100.hbm_bandwidth)
+STEP_15_NO_ATTENTION = step_15(attn=False)
+
 RIGHT = {
     "7.1": B_STAR,
     "7.2": T_MEM,
@@ -124,6 +156,7 @@ RIGHT = {
     "7.7": V_STAR,
     "7.8": tp_bound(),
     "7.9": SPEEDUP,
+    "7.15": STEP_15,
 }
 
 WRONG = {
@@ -137,6 +170,8 @@ WRONG = {
     "7.7": [V_STAR / 2, V_STAR * 15 / 16, 2 * V_STAR, 6 * V_STAR, V_STAR * 1e6],
     "7.8": [c for c in ("memory", "compute", "communication") if c != RIGHT["7.8"]],
     "7.9": [NO_DRAFT_COST, GAMMA_TERMS, 5 / 1.4, 1 / SPEEDUP],
+    "7.15": [STEP_15_APART, STEP_15_OVERLAP, STEP_15_NO_PREFIX, STEP_15_WHOLE_PROMPT,
+             STEP_15_WEIGHTS_ONLY, STEP_15_NO_ATTENTION, 1e3 * STEP_15],
 }
 
 HINTS = {   # a typical mistake -> words its hint must contain
@@ -163,6 +198,11 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "7.8": [("memory", "hops of 1 µs"), ("compute", "FLOPs, 2 N_mm B / (16 C), are tiny")],
     "7.9": [(NO_DRAFT_COST, "draft steps"), (GAMMA_TERMS, "gamma + 1 terms"),
             (5 / 1.4, "alpha = 1")],
+    # weights read twice vs overlapped kernels vs the prefix left out vs the whole prompt's
+    # square vs matmuls at the weight read only vs no attention
+    "7.15": [(STEP_15_APART, "read once"), (STEP_15_OVERLAP, "one after the other"),
+             (STEP_15_NO_PREFIX, "32,768 cached tokens"), (STEP_15_WHOLE_PROMPT, "S x S"),
+             (STEP_15_WEIGHTS_ONLY, "critical batch"), (STEP_15_NO_ATTENTION, "matmuls alone")],
 }
 
 # 7.14  LLaMA-3 70B, fp8 weights and compute, bf16 cache, 8 H200, B = 128, T = 1024, one MTP

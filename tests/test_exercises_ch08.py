@@ -163,9 +163,27 @@ def test_8_9_hbm_alone_would_rise():
 # 8.15  4096 x 2 L H_kv h x 1 byte / (16 x 3.125e9 B/s)
 TRIP_15 = 4096 * kv_per_token(M70, s=1) / (16 * V5E.dcn_bandwidth)
 
+# 8.14  8 v5e, 90% HBM, 70B int8 weights (N x 1 byte), bf16 cache, pages of 256 tokens:
+# pages = floor((0.9 x 8 x 16e9 - N) / (256 x KV)); a pair (300 + 4,000 tokens at the end)
+# holds ceil(300 / 256) + ceil(4000 / 256) = 2 + 16 pages
+FREE_14 = 0.9 * 8 * 16e9 - n_params(**M70)
+PAGES_14 = math.floor(FREE_14 / (256 * kv_per_token(M70)))
+HELD_14 = 2 * (PAGES_14 // (2 + 16))                                  # 532 pages -> 58
+HELD_14_BY_COUNT = math.floor(FREE_14 / (4000 * kv_per_token(M70)))   # 34
+HELD_14_NO_PAGES = 2 * math.floor(FREE_14 / kv_per_token(M70) / 4300)  # 62
+HELD_14_PROMPTS = 2 * (PAGES_14 // (1 + 12))                           # 80
+HELD_14_FULL_HBM = 2 * (math.floor((8 * 16e9 - n_params(**M70)) / (256 * kv_per_token(M70)))
+                        // 18)                                         # 76
+HELD_14_INT8_KV = 2 * (math.floor(FREE_14 / (256 * kv_per_token(M70, s=1))) // 18)   # 118
+
+
+def test_8_14_by_hand():
+    assert PAGES_14 == 532 and HELD_14 == 58
+
+
 RIGHT = {
     "8.1": SLICE_1, "8.2": KV_2, "8.3": T_3, "8.4": TPS_4, "8.5": COST_5, "8.6": RATIO_6,
-    "8.7": T_7, "8.8": bound_8(), "8.9": TREND_9, "8.15": TRIP_15,
+    "8.7": T_7, "8.8": bound_8(), "8.9": TREND_9, "8.14": HELD_14, "8.15": TRIP_15,
 }
 WRONG = {
     "8.1": [SLICE_1_NO_KV, SLICE_1_EXACT, SLICE_1_FULL_HBM, SLICE_1_INT8_KV, 4, 64],
@@ -177,6 +195,8 @@ WRONG = {
     "8.7": [T_7_FULL, T_7_WEIGHTS, 1e3 * T_7],
     "8.8": ["memory", "communication"],
     "8.9": ["same", "rises"],
+    "8.14": [HELD_14_BY_COUNT, HELD_14_NO_PAGES, HELD_14_PROMPTS, HELD_14_FULL_HBM,
+             HELD_14_INT8_KV],
     "8.15": [2 * TRIP_15, TRIP_15 / 2, 16 * TRIP_15, 8 * TRIP_15],
 }
 HINTS = {
@@ -206,6 +226,9 @@ HINTS = {
     "8.9": [("same", "HBM read"), ("rises", "all-reduces")],
     "8.15": [(2 * TRIP_15, "bf16"), (TRIP_15 / 2, "key and a value"),
              (16 * TRIP_15, "one link"), (8 * TRIP_15, "no factor 8")],
+    "8.14": [(HELD_14_BY_COUNT, "longest request"), (HELD_14_NO_PAGES, "allocated whole"),
+             (HELD_14_PROMPTS, "prompts only"), (HELD_14_FULL_HBM, "90%"),
+             (HELD_14_INT8_KV, "bf16")],
 }
 
 # 8.13  DeepSeek-V3 (arXiv:2412.19437, section 4.2), fp8 weights, batch 8: the matmul weights

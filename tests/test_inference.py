@@ -433,3 +433,136 @@ def test_tp_decode_times_takes_the_cache_dtype_and_checks_memory():
     kv8 = 32 * 8192 * inf.kv_bytes_per_token(m70, dtype="int8")
     assert a.t_mem == pytest.approx((m70.matmul_params() + kv8) / (8 * 8.19e11))
     assert b.t_mem - a.t_mem == pytest.approx(kv8 / (8 * 8.19e11))
+
+
+# -- chunked prefill, paged admission, goodput (issue 23, item 6) ---------------------------
+def _mixed_by_hand(m, chip, decode_T, pieces, s_w=2):
+    """A step of chunked prefill worked from the shapes: attention (4 L H h FLOPs per
+    query-key pair; bytes: the decodes' caches, and each prompt piece's prefix read and its
+    own keys and values written), then the matmuls over every token, weights read once.
+    ``pieces`` lists (prefix, tokens) of the prompt chunks in the step."""
+    kv_tok = 2 * m.n_layers * m.n_kv_heads * m.head_dim * 2
+    pairs = sum(decode_T) + sum(T0 + i + 1 for T0, S in pieces for i in range(S))
+    kv_tokens = sum(decode_T) + sum(T0 + S for T0, S in pieces)
+    tokens = len(decode_T) + sum(S for _, S in pieces)
+    t_attn = max(4 * m.n_layers * m.n_heads * m.head_dim * pairs / chip.bf16_flops,
+                 kv_tokens * kv_tok / chip.hbm_bandwidth)
+    t_mm = max(2 * m.matmul_params() * tokens / chip.bf16_flops,
+               m.matmul_params() * s_w / chip.hbm_bandwidth)
+    return t_attn + t_mm
+
+
+def test_mixed_step_by_hand_and_its_two_limits():
+    st = inf.mixed_step_time(m8, h100, [8192] * 32, 512, 32768)
+    assert st.time == pytest.approx(_mixed_by_hand(m8, h100, [8192] * 32, [(32768, 512)]))
+    # one pass reads the weights once: cheaper than a decode step plus a separate chunk
+    apart = (inf.decode_step_time(m8, h100, 32, 8192).time
+             + inf.mixed_step_time(m8, h100, [], 512, 32768).time)
+    assert st.time < apart and st.lower <= st.time
+    # no chunk: a decode step; no decodes and no prefix: the prefill of one prompt
+    assert inf.mixed_step_time(m8, h100, [300, 700], 0).time == pytest.approx(
+        inf.decode_step_time(m8, h100, 2, [300, 700]).time)
+    assert inf.mixed_step_time(m8, h100, [], 1000).time == pytest.approx(
+        inf.prefill_time(m8, h100, 1, 1000).time)
+
+
+def test_chunked_prefill_steps_by_hand():
+    # two requests arriving about 1 µs apart, prompts of 100 tokens in chunks of 64:
+    # step 1: A[0:64]; step 2: A[64:100] + B[0:28] -> A's first token;
+    # step 3: A decodes (T = 101) + B[28:92]; step 4: A (T = 102) + B[92:100] -> B's first
+    r = inf.simulate_serving(m8, h100, 1, rate=1e6, n_requests=2, prompt_len=100,
+                             output_len=4, prefill_chunk=64)
+    s1 = _mixed_by_hand(m8, h100, [], [(0, 64)])
+    s2 = _mixed_by_hand(m8, h100, [], [(64, 36), (0, 28)])
+    s3 = _mixed_by_hand(m8, h100, [101], [(28, 64)])
+    s4 = _mixed_by_hand(m8, h100, [102], [(92, 8)])
+    s5 = _mixed_by_hand(m8, h100, [103, 101], [])      # A's last token, B's second
+    assert r.ttft[0] == pytest.approx(s1 + s2)
+    assert r.latency[0] == pytest.approx(s1 + s2 + s3 + s4 + s5)
+    assert r.ttft[1] == pytest.approx(s1 + s2 + s3 + s4, rel=1e-3)   # B came 1 µs late
+    # without chunks: A's prefill alone, then B's joins after A's first decode step
+    plain = inf.simulate_serving(m8, h100, 1, rate=1e6, n_requests=2, prompt_len=100,
+                                 output_len=4)
+    assert plain.ttft[0] == pytest.approx(_mixed_by_hand(m8, h100, [], [(0, 100)]))
+
+
+def test_chunking_lowers_the_tpot_tail_and_raises_the_median_ttft():
+    kw = dict(n_requests=120, prompt_len=(128, 2048), output_len=(16, 512), max_batch=64,
+              seed=1, rate=20.0)
+    plain = inf.simulate_serving(m8, h100, 1, **kw)
+    chunked = inf.simulate_serving(m8, h100, 1, prefill_chunk=256, **kw)
+    assert chunked.percentile("tpot", 99) < 0.8 * plain.percentile("tpot", 99)
+    assert chunked.percentile("ttft", 50) > plain.percentile("ttft", 50)
+
+
+def test_paged_admission_by_hand():
+    # pages of 1024 tokens; hbm_fraction chosen so that the KV budget holds 5 pages;
+    # prompts of 1500 and 600 output tokens (3 pages at the end, 2 at admission).
+    kv_tok = 2 * 32 * 8 * 128 * 2
+    w = 2 * m8.num_params()
+    f = (w + 5.5 * 1024 * kv_tok) / h100.hbm_bytes
+    kw = dict(rate=1e6, n_requests=2, prompt_len=1500, output_len=600, page_size=1024,
+              hbm_fraction=f)
+    r = inf.simulate_serving(m8, h100, 1, **kw)
+    assert r.kv_pages == 5
+    # both join (2 + 2 pages); at 2049 tokens (output token 549) A takes the last free page
+    # and B, the newest, is preempted; it comes back only when A's 3 pages are free again
+    assert r.preemptions == 1
+    # B had made 549 tokens; after A finishes it prefills 1500 + 549 tokens again (its 550th
+    # token) and decodes the other 50 at T = 2050 ... 2099, alone
+    redo = (_mixed_by_hand(m8, h100, [], [(0, 2049)])
+            + sum(_mixed_by_hand(m8, h100, [T], []) for T in range(2050, 2100)))
+    assert r.latency[1] - r.latency[0] == pytest.approx(redo, rel=1e-3)   # B came 1 µs late
+    # with room for both, paged runs are the count-based ones
+    roomy = dict(kw, hbm_fraction=1.0)
+    assert inf.simulate_serving(m8, h100, 1, **roomy).latency == pytest.approx(
+        inf.simulate_serving(m8, h100, 1, rate=1e6, n_requests=2, prompt_len=1500,
+                             output_len=600).latency)
+    # a request whose cache outgrows the budget is refused
+    with pytest.raises(ValueError, match="needs 3 pages of 1024 tokens"):
+        inf.simulate_serving(m8, h100, 1, **dict(kw, hbm_fraction=(w + 2.5 * 1024 * kv_tok)
+                                                  / h100.hbm_bytes))
+
+
+def test_paging_admits_more_than_counting_at_the_longest():
+    kw = dict(rate=40.0, n_requests=300, prompt_len=(128, 3584), output_len=(16, 512), seed=2)
+    counted = inf.simulate_serving(m8, h100, 1, **kw)
+    paged = inf.simulate_serving(m8, h100, 1, page_size=16, **kw)
+    fit = inf.fit_batch(m8, h100, 1, max(3584 + 512, 1))
+    assert counted.mean_batch <= fit.max_batch < 1.2 * paged.mean_batch
+    assert paged.mean_batch > 1.3 * counted.mean_batch
+
+
+def test_goodput_by_hand():
+    r = inf.simulate_serving(m8, h100, 1, rate=30.0, n_requests=100, prompt_len=(128, 2048),
+                             output_len=8, max_batch=32, seed=4)
+    ttft, lat = np.array(r.ttft), np.array(r.latency)
+    tpot = (lat - ttft) / 7
+    for a, b in ((0.05, 0.01), (0.2, 0.02), (1.0, 0.1)):
+        ok = (ttft <= a) & (tpot <= b)
+        assert r.goodput(a, b) == pytest.approx(ok.sum() / r.duration)
+        assert r.slo_attainment(a, b) == pytest.approx(ok.mean())
+    assert r.goodput(1e9, 1e9) == pytest.approx(100 / r.duration)
+    assert r.goodput(1e9, 1e9) == pytest.approx(r.throughput / 8)
+    one = inf.simulate_serving(m8, h100, 1, rate=1.0, n_requests=3, output_len=1)
+    assert one.goodput(1.0, 1e-9) == pytest.approx(3 / one.duration)   # no TPOT to miss
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda: inf.simulate_serving(m8, h100, 1, rate=1, prefill_chunk=0), "prefill_chunk"),
+    (lambda: inf.simulate_serving(m8, h100, 1, rate=1, page_size=2.5), "page_size"),
+    (lambda: inf.simulate_serving(m8, h100, 1, rate=1, page_size=16, hbm_fraction=0.1),
+     "do not fit"),
+    (lambda: inf.simulate_serving(m8, h100, 1, rate=1, hbm_fraction=1.2), "hbm_fraction"),
+    (lambda: inf.mixed_step_time(m8, h100, [], 0), "nothing to do"),
+    (lambda: inf.mixed_step_time(m8, h100, [100], -1), "chunk"),
+    (lambda: inf.mixed_step_time(m8, h100, [100], 0, 50), "chunk_prefix"),
+    (lambda: inf.mixed_step_time(m8, h100, 100, 10), "decode_context"),
+    (lambda: inf.mixed_step_time(m8, h100, [], 100, 200_000), "max_context"),
+    (lambda: inf.mixed_step_time(m8, h100, [100_000] * 8, 10), "more than"),
+    (lambda: inf.simulate_serving(m8, h100, 1, rate=1, n_requests=2).goodput(0, 1),
+     "ttft_slo"),
+])
+def test_new_simulator_input_is_refused_with_a_message(call, word):
+    with pytest.raises(ValueError, match=word):
+        call()

@@ -451,3 +451,57 @@ register(NumericExercise(
          "its own: 1 + alpha tokens per step, not alpha."),
     ],
 ))
+
+
+# 7.15 ------------------------------------------------------------------------------------
+# A chunked-prefill step: 32 decodes at 8,192 tokens of cache plus a 512-token chunk of a
+# prompt whose first 32,768 tokens are already in the cache (LLaMA-3 8B, bf16, one H100).
+_B15, _T15, _S15, _P15 = 32, 8192, 512, 32768
+
+
+def _mixed15(pairs=None, kv_tokens=None, tokens=None, matmul="roofline", attention=True):
+    m, chip = _m("llama3-8b"), get_chip("gpu-h100")
+    C, W = chip.bf16_flops, chip.hbm_bandwidth
+    pairs = _B15 * _T15 + _S15 * (_P15 + (_S15 + 1) / 2) if pairs is None else pairs
+    kv_tokens = _B15 * _T15 + _P15 + _S15 if kv_tokens is None else kv_tokens
+    tokens = _B15 + _S15 if tokens is None else tokens
+    t_attn = max(4 * m.n_layers * m.n_heads * m.head_dim * pairs / C,
+                 kv_tokens * inf.kv_bytes_per_token(m) / W) if attention else 0.0
+    t_flops, t_w = 2 * m.matmul_params() * tokens / C, 2 * m.matmul_params() / W
+    return t_attn + {"roofline": max(t_flops, t_w), "weights": t_w}[matmul]
+
+
+def _apart15():
+    """A decode step and a separate pass for the chunk: the weights read twice."""
+    return (inf.decode_step_time("llama3-8b", "gpu-h100", _B15, _T15).time
+            + inf.mixed_step_time("llama3-8b", "gpu-h100", [], _S15, _P15).time)
+
+
+register(NumericExercise(
+    id="7.15", title="One step of chunked prefill", unit="seconds", rtol=0.03,
+    reference=lambda: inf.mixed_step_time("llama3-8b", "gpu-h100", [_T15] * _B15, _S15,
+                                          _P15).time,
+    hints=[
+        (lambda a: _close(a, _apart15()),
+         "that is a decode step plus a separate pass for the chunk, each reading all the "
+         "weights; in one pass the weights are read once for the 32 + 512 tokens."),
+        (lambda a: _close(a, inf.mixed_step_time("llama3-8b", "gpu-h100", [_T15] * _B15,
+                                                 _S15, _P15).lower),
+         "that is the step's FLOPs over C, as if attention and the matmuls overlapped (or as "
+         "if attention read no cache): they run one after the other, attention bound by the "
+         "32 x 8,192 cached tokens it reads."),
+        (lambda a: _close(a, _mixed15(pairs=_B15 * _T15 + _S15 * (_S15 + 1) / 2,
+                                      kv_tokens=_B15 * _T15 + _S15)),
+         "the chunk's queries also meet the 32,768 cached tokens of their own prompt: chunk "
+         "token i attends to 32,768 + i + 1 keys, and that prefix is read from HBM."),
+        (lambda a: _close(a, _mixed15(pairs=_B15 * _T15 + (_P15 + _S15) * (_P15 + _S15 + 1)
+                                      / 2)),
+         "far too large: that counts the whole prompt's S x S causal attention; only the "
+         "512 new queries run in this step, each against the prefix and the chunk before it."),
+        (lambda a: _close(a, _mixed15(matmul="weights")),
+         "the matmuls see 32 + 512 = 544 tokens, above the critical batch of the H100: they "
+         "take 2 N_mm x 544 / C, longer than reading the weights."),
+        (lambda a: _close(a, _mixed15(attention=False)),
+         "that is the matmuls alone; attention (the caches it reads) comes before them."),
+    ],
+))

@@ -571,6 +571,54 @@ register(NumericExercise(
 ))
 
 
+# 8.14 ------------------------------------------------------------------------------------
+# Paged KV on 8 v5e chips: 70B with int8 weights, bf16 cache, pages of 256 tokens. Half the
+# requests hold 200 + 100 tokens at the end, half 3,000 + 1,000: how many fit at once?
+_PAGE14, _SHORT14, _LONG14 = 256, (200, 100), (3000, 1000)
+
+
+def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, count=False):
+    m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
+    free = 8 * chip.hbm_bytes * frac - m.weight_bytes(1.0)
+    kv = inf.kv_bytes_per_token(m) * s_kv / 2
+    lens = [p + (0 if prompt_only else o) for p, o in (_SHORT14, _LONG14)]
+    if count:
+        return 2 * math.floor(free / (max(lens) * kv) / 2)
+    if not pages:
+        return 2 * math.floor(free / kv / sum(lens))
+    n_pages = math.floor(free / (page * kv))
+    return 2 * (n_pages // sum(math.ceil(x / page) for x in lens))
+
+
+def _ref14():
+    fit = inf.fit_batch("llama3-70b", "tpu-v5e", 8, sum(_LONG14), weight_dtype="int8",
+                        hbm_fraction=FRAC)
+    n_pages = int(fit.free // (_PAGE14 * inf.kv_bytes_per_token("llama3-70b")))
+    pair = inf.paged_kv_tokens([sum(_SHORT14), sum(_LONG14)], _PAGE14, sum(_LONG14))
+    return 2 * (n_pages // (pair.paged // _PAGE14))
+
+
+register(NumericExercise(
+    id="8.14", title="Requests a paged cache holds", unit="requests", rtol=0.04,
+    reference=_ref14,
+    hints=[
+        (lambda a: a == _held14(count=True) or _close(a, _held14(count=True) + 1, 0.001),
+         "that reserves the longest request, 4,000 tokens, for every one (admission by "
+         "count); with pages each request holds only its own length."),
+        (lambda a: _close(a, _held14(pages=False), 0.02) or _close(a, _held14(page=16), 0.02),
+         "pages are 256 tokens and allocated whole: a 300-token request holds 2 pages (512 "
+         "slots), a 4,000-token one 16 (4,096)."),
+        (lambda a: _close(a, _held14(prompt_only=True), 0.02),
+         "that counts the prompts only; at the end every request also holds its output "
+         "tokens' keys and values."),
+        (lambda a: _close(a, _held14(frac=1.0), 0.02),
+         "only 90% of each chip's HBM is usable, and the weights come out of it."),
+        (lambda a: _close(a, _held14(s_kv=1), 0.02),
+         "2x too many: the cache is bf16, 2 bytes per element."),
+    ],
+))
+
+
 # 8.15 ------------------------------------------------------------------------------------
 def _trip15(s_kv=1, kv_factor=2, links=16, per=1.0):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
