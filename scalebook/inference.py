@@ -456,7 +456,8 @@ class TPTimes:
     """A decode step with 1D tensor (model) parallelism over n chips: time to read each
     chip's share of the weights and cache, to compute, the per-kernel step of the two
     (``t_kernels``: attention, then the matmuls, :class:`StepTime`), and the 2 L
-    all-reduces."""
+    all-reduces, which sit between the kernels on the critical path: ``time`` = t_kernels +
+    t_comm (``lower``: the all-reduces hidden behind the kernels, max of the two)."""
 
     n: int
     t_mem: float
@@ -465,14 +466,19 @@ class TPTimes:
     t_kernels: float = math.nan
 
     @property
+    def time(self) -> float:
+        return self.t_kernels + self.t_comm
+
+    @property
     def bound(self) -> str:
-        if self.t_comm > self.t_kernels:
-            return "communication"
-        return "memory" if self.t_mem >= self.t_math else "compute"
+        """The largest part of ``time``: the all-reduces, or the kernels, memory- or
+        compute-bound."""
+        kernels = "memory" if self.t_mem >= self.t_math else "compute"
+        return "communication" if self.t_comm > self.t_kernels else kernels
 
     @property
     def lower(self) -> float:
-        """max(t_kernels, t_comm): the all-reduces overlapped with the kernels."""
+        """max(t_kernels, t_comm): the all-reduces hidden behind the kernels."""
         return max(self.t_kernels, self.t_comm)
 
 
@@ -749,11 +755,34 @@ def mixed_step_time(model, chip, decode_context, chunk: int, chunk_prefix: int =
                  n * peak, n * chip.hbm_bandwidth)
 
 
+def _tp_all_reduces(c, chip, n: int, on, hop_latency):
+    """tokens -> seconds of a step's 2 L tensor-parallel all-reduces over n chips (0 when
+    ``on`` is False or n = 1)."""
+    if not isinstance(on, bool):
+        raise ValueError(f"all_reduces must be True or False; got {on!r}")
+    t_hop = check_nonnegative("hop_latency", hop_latency)
+    if not on or n == 1:
+        return lambda tokens: 0.0
+    from .serving import slice_axes          # serving imports this module
+    node = chip.ici_domain_chips or 8
+    if _coll.is_switched(chip) and n > node:
+        raise ValueError(f"all_reduces=True models tensor parallelism inside one "
+                         f"{node}-GPU node; n_chips={n} spans several")
+    axes = slice_axes(chip, n)
+
+    def comm(tokens):
+        return 2 * c.n_layers * _coll.collective_time(
+            "all-reduce", tokens * c.d_model * 2, axes, chip, hop_latency=t_hop)
+    return comm
+
+
 def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 200,
                      prompt_len=512, output_len=128, max_batch: int | None = None,
                      policy: str = "continuous", seed: int = 0, weight_dtype: str = "bf16",
                      kv_dtype: str = "bf16", prefill_chunk: int | None = None,
-                     page_size: int | None = None, hbm_fraction: float = 1.0) -> ServingStats:
+                     page_size: int | None = None, hbm_fraction: float = 1.0,
+                     all_reduces: bool = False,
+                     hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> ServingStats:
     """Serve ``n_requests`` arriving as a Poisson process of ``rate`` requests/s, each with
     a prompt and an output length (fixed or uniform in a (low, high) range), costing every
     step with this chapter's model (``StepTime.time``: attention, then the matmuls).
@@ -781,7 +810,13 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
     the newest running request is preempted: its pages are freed and it goes back to the
     front of the queue, to be prefilled again, prompt and the tokens made so far
     (recompute, vLLM's default). ``max_batch`` is then an optional cap on running
-    requests (none by default)."""
+    requests (none by default).
+
+    ``all_reduces=True``: the weights are split by 1D tensor parallelism over the
+    ``n_chips`` (a TPU slice's torus, or one GPU node), and every step adds, after its
+    kernels, the 2 L all-reduces of its tokens' [tokens, D] bf16 activations
+    (:func:`scalebook.collectives.collective_time`, ``hop_latency`` per ring step), as the
+    serving planner's steps do."""
     c, chip = _model(model), get_chip(chip)
     n_chips = check_positive_int("n_chips", n_chips)
     lam = check_positive("rate (requests/s)", rate)
@@ -824,20 +859,24 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
     w_flops, w_bytes = 2 * c.matmul_params(), c.matmul_params() * sw
     attn = 4 * c.n_layers * c.n_heads * c.head_dim
 
+    comm = _tp_all_reduces(c, chip, n_chips, all_reduces, hop_latency)
+
     def prefill_cost(lengths):
         a = sum(S * c.attention_flops_per_token(int(S), causal=True) for S in lengths)
         return (max(a / C, kv_tok * sum(lengths) / W)
-                + max(w_flops * sum(lengths) / C, w_bytes / W))
+                + max(w_flops * sum(lengths) / C, w_bytes / W) + comm(sum(lengths)))
 
     def decode_cost(B, total_T):
-        return max(attn * total_T / C, kv_tok * total_T / W) + max(w_flops * B / C, w_bytes / W)
+        return (max(attn * total_T / C, kv_tok * total_T / W)
+                + max(w_flops * B / C, w_bytes / W) + comm(B))
 
     def mixed_cost(B, total_T, pieces):
         # pieces: (prefix, tokens) of each prompt chunk in the step
         pairs = total_T + sum(k * (p0 + (k + 1) / 2) for p0, k in pieces)
         kv = total_T + sum(p0 + k for p0, k in pieces)
         tokens = B + sum(k for _, k in pieces)
-        return max(attn * pairs / C, kv_tok * kv / W) + max(w_flops * tokens / C, w_bytes / W)
+        return (max(attn * pairs / C, kv_tok * kv / W) + max(w_flops * tokens / C, w_bytes / W)
+                + comm(tokens))
 
     first = np.zeros(n_req)
     finish = np.zeros(n_req)

@@ -21,12 +21,15 @@ among them. The model:
   :class:`scalebook.inference.StepTime`): attention, bound by reading the cache, then the
   weight matmuls, max(FLOPs / C, weight bytes / W_hbm): ``t_attn + t_mm``. The 2 L
   tensor-parallel all-reduces of the [B/P, D] activations (plus the P hops between
-  pipeline stages over the data-centre network) take ``t_comm`` and are taken to overlap
-  the kernels: step = max(t_attn + t_mm, t_comm). ``optimistic_step_time`` is the older
-  max(t_math, t_mem, t_comm), never larger.
-* Prefill of one prompt of ``prompt_len`` tokens (the TTFT on an idle server): its FLOPs at
-  ``prefill_mfu`` of the peak on the chips of one stage, or its own 2 L all-reduces of the
-  [S, D] activations if they take longer, plus the hops between stages.
+  pipeline stages over the data-centre network) take ``t_comm`` and sit on the critical
+  path between them, as serving engines run them: step = t_attn + t_mm + t_comm. With
+  ``overlap_comm=True`` they hide behind the kernels (two micro-batches taking turns in
+  decode, a collective matmul in prefill): step = max(t_attn + t_mm, t_comm).
+  ``optimistic_step_time`` is max(t_math, t_mem, t_comm), never larger than either.
+* Prefill of one prompt of ``prompt_len`` tokens (the TTFT on an idle server): its kernels
+  with their FLOPs at ``prefill_mfu`` of the peak on the chips of one stage, then its own
+  2 L all-reduces of the [S, D] activations (or the longer of the two, overlapped), plus
+  the hops between stages.
 
 Cost: decode chip-hours per million output tokens, and end to end, with the chip-time of
 each request's prefill (as on a disaggregated server with prefill chips in the right ratio)
@@ -169,6 +172,7 @@ class ServingPlan:
     peak_flops: float           # per chip, the prefill compute dtype
     price_per_hour: float | None
     dcn_bandwidth: float | None = None   # per chip, bytes/s (None: no figure)
+    overlap_comm: bool = False  # the all-reduces hidden behind the kernels
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -191,8 +195,10 @@ class ServingPlan:
 
     @property
     def step_time(self) -> float:
-        """TPOT: max(t_attn + t_mm, t_comm)."""
-        return max(self.t_kernels, self.t_comm)
+        """TPOT: t_attn + t_mm + t_comm (max(t_attn + t_mm, t_comm) when overlap_comm)."""
+        if self.overlap_comm:
+            return max(self.t_kernels, self.t_comm)
+        return self.t_kernels + self.t_comm
 
     @property
     def optimistic_step_time(self) -> float:
@@ -205,6 +211,9 @@ class ServingPlan:
 
     @property
     def bound(self) -> str:
+        """What takes the largest part of the step: "communication" (the all-reduces,
+        when they take longer than the kernels), else "compute" or "memory" (the kernels
+        bound by it take at least half of t_attn + t_mm)."""
         if self.t_comm > self.t_kernels:
             return "communication"
         return "compute" if 2 * self.compute_time >= self.t_kernels else "memory"
@@ -227,11 +236,14 @@ class ServingPlan:
         """Prompts one chip prefills per second when prompts are prefilled together (the
         weights read and each all-reduce's hop latency paid once for many, so a prompt
         costs its FLOPs at prefill_mfu, or its all-reduces' bytes if they take longer):
-        each stage's n / P chips are busy for max(FLOPs / (n / P C MFU),
-        prefill_comm_bandwidth) per prompt, the P stages on P prompts at once."""
+        each stage's n / P chips are busy for FLOPs / (n / P C MFU) +
+        prefill_comm_bandwidth (the max of the two with overlap_comm) per prompt, the P
+        stages on P prompts at once."""
         flops_time = self.prefill_flops / (self.tp_degree * self.peak_flops
                                            * self.prefill_mfu)
-        return 1 / (max(flops_time, self.prefill_comm_bandwidth) * self.tp_degree)
+        busy = (max(flops_time, self.prefill_comm_bandwidth) if self.overlap_comm
+                else flops_time + self.prefill_comm_bandwidth)
+        return 1 / (busy * self.tp_degree)
 
     @property
     def colocated_tokens_per_s(self) -> float:
@@ -351,15 +363,19 @@ class ServingPlan:
             f"{fmt_bytes(self.hbm_bytes / self.n_chips)}",
             f"  batch         {self.batch} (at most {self.max_batch} fit); "
             f"KV {self.kv_bytes_per_token:.4g} B/token",
-            f"  decode step   {fmt_time(self.step_time)} (TPOT), {self.bound}-bound: attention "
-            f"{fmt_time(self.t_attn)} + matmuls {fmt_time(self.t_mm)}",
-            f"                all-reduces {fmt_time(self.t_comm)} (overlapped); "
-            f"max(T_math, T_mem, T_comm) {fmt_time(self.optimistic_step_time)}",
+            f"  decode step   {fmt_time(self.step_time)} (TPOT), {self.bound}-bound; "
+            f"overlapped bound max(T_math, T_mem, T_comm) "
+            f"{fmt_time(self.optimistic_step_time)}",
+            f"                attention {fmt_time(self.t_attn)} + matmuls "
+            f"{fmt_time(self.t_mm)}"
+            + (f", all-reduces {fmt_time(self.t_comm)} hidden" if self.overlap_comm else
+               f" + all-reduces {fmt_time(self.t_comm)}"),
             f"  throughput    {self.tokens_per_s_per_chip:.4g} tokens/s/chip, "
             f"{self.requests_per_s_per_chip:.3g} requests/s/chip at {self.output_len} tokens",
-            f"  prefill       TTFT {fmt_time(self.prefill_time)}: compute at MFU "
-            f"{self.prefill_mfu:.0%} {fmt_time(self.prefill_compute)}, all-reduces "
-            f"{fmt_time(self.prefill_comm)}",
+            f"  prefill       TTFT {fmt_time(self.prefill_time)}: kernels at MFU "
+            f"{self.prefill_mfu:.0%} {fmt_time(self.prefill_compute)}"
+            + (", all-reduces " if self.overlap_comm else " + all-reduces ")
+            + f"{fmt_time(self.prefill_comm)}" + (" hidden" if self.overlap_comm else ""),
             f"                prefill:decode chips {self.prefill_decode_ratio:.3g}",
             f"  cost          {price}",
         ]
@@ -490,7 +506,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
                  compute_dtype: str = "bf16", max_chips: int | None = None,
                  latency_target: float | None = None, ttft_target: float | None = None,
                  hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
-                 decode_context: str = "full", _batches=None):
+                 decode_context: str = "full", overlap_comm: bool = False, _batches=None):
     """Plan serving of ``model`` on ``chip`` for requests of ``prompt_len`` prompt tokens
     and ``output_len`` output tokens (``prompt_len`` defaults to ``context_len -
     output_len``; the cache is sized for ``context_len`` tokens per sequence, at least
@@ -509,6 +525,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     ``prefill_mfu``: the share of the peak for ``compute_dtype`` that prefill reaches.
     ``hop_latency``: seconds each step of a ring all-reduce waits (default
     ``collectives.ASSUMED_HOP_LATENCY``; 0 gives the bandwidth-only model).
+    ``overlap_comm``: hide the all-reduces behind the kernels (max, not sum).
 
     Raises :class:`InfeasibleError` (a ValueError) with the numbers when nothing fits or a
     target cannot be met, and ValueError for bad input: an unknown dtype (the known names
@@ -531,6 +548,8 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
         if S + out > T:
             raise ValueError(f"prompt_len={S} + output_len={out} = {S + out} tokens do not "
                              f"fit a context of context_len={T}")
+    if not isinstance(overlap_comm, bool):
+        raise ValueError(f"overlap_comm must be True or False; got {overlap_comm!r}")
     if decode_context not in ("full", "mean"):
         raise ValueError(f"decode_context must be 'full' or 'mean'; got {decode_context!r}")
     T_step = T if decode_context == "full" else max(1, round(S + out / 2))
@@ -542,6 +561,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     ttft_tgt = None if ttft_target is None else _target(ttft_target, "ttft_target",
                                                          "seconds to the first token")
     sizes = slice_sizes(chip, max_chips)
+    join = max if overlap_comm else (lambda a, b: a + b)       # kernels and all-reduces
     kv_tok = _inf.kv_bytes_per_token(c, "gqa", kv_dtype)
     kv_seq = _inf.kv_bytes_per_sequence(c, T, "gqa", kv_dtype)
 
@@ -565,7 +585,7 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
                     st = setup(m)
                 except ValueError:
                     continue
-                tried.append((m, max(st[3], st[4]) + st[5]))
+                tried.append((m, join(st[3], st[4]) + st[5]))
                 if tried[-1][1] <= ttft_tgt:
                     n = m
                     break
@@ -578,11 +598,11 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
     else:
         n = check_positive_int("n_chips", n_chips)
     P, n_tp, axes, pf_compute, pf_comm, pf_hops, pf_flops, pf_comm_bw = setup(n)
-    t_prefill = max(pf_compute, pf_comm) + pf_hops
+    t_prefill = join(pf_compute, pf_comm) + pf_hops
     if ttft_tgt is not None and t_prefill > ttft_tgt:
         raise InfeasibleError(
             f"prefill of {S} tokens of {c.name} on {n} x {chip.name} takes "
-            f"{fmt_time(t_prefill)} (compute at MFU {mfu:g} {fmt_time(pf_compute)}, "
+            f"{fmt_time(t_prefill)} (kernels at MFU {mfu:g} {fmt_time(pf_compute)}, "
             f"all-reduces {fmt_time(pf_comm)}), more than ttft_target={fmt_time(ttft_tgt)}")
     try:
         fit = _inf.fit_batch(c, chip, n, T, weights_dtype, kv_dtype, hbm_fraction=f)
@@ -619,7 +639,8 @@ def plan_serving(model, chip, weights_dtype: str = "bf16", kv_dtype: str = "bf16
             prefill_mfu=mfu, prefill_time=t_prefill, prefill_compute=pf_compute,
             prefill_comm=pf_comm, prefill_hops=pf_hops, prefill_flops=pf_flops,
             prefill_comm_bandwidth=pf_comm_bw,
-            peak_flops=peak, price_per_hour=price, dcn_bandwidth=chip.dcn_bandwidth)
+            peak_flops=peak, price_per_hour=price, dcn_bandwidth=chip.dcn_bandwidth,
+            overlap_comm=overlap_comm)
 
     if _batches is not None:      # candidate_plans: several batches, one set-up
         return [plan(b) for b in _batches(largest, step)]

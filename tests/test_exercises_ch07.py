@@ -211,9 +211,9 @@ HINTS = {   # a typical mistake -> words its hint must contain
 H200 = get_chip("gpu-h200")
 
 
-def step_14(q, kv_copies=1):
+def step_14(q, kv_copies=1, peak=1.979e15):
     t_attn = kv_copies * 128 * 1024 * kv_per_token(M70) / (8 * H200.hbm_bandwidth)
-    return t_attn + max(2 * N70 * 128 * q / (8 * 1.979e15), N70 / (8 * H200.hbm_bandwidth))
+    return t_attn + max(2 * N70 * 128 * q / (8 * peak), N70 / (8 * H200.hbm_bandwidth))
 
 
 RATIO_14 = step_14(2) / step_14(1)
@@ -224,7 +224,10 @@ WRONG["7.14"] = [1.85 / 1.03, 1.85 / (step_14(2, 2) / step_14(1) + 0.03), 1.85 /
 HINTS["7.14"] = [(1.85 / 1.03, "as free"),
                  (1.85 / (step_14(2, 2) / step_14(1) + 0.03), "read once"),
                  (1.85 / RATIO_14, "MTP module's own pass"), (1.85 / 2.03, "costs 2 steps"),
-                 (2 / (RATIO_14 + 0.03), "not 2"), (0.85 / (RATIO_14 + 0.03), "not alpha")]
+                 (2 / (RATIO_14 + 0.03), "not 2"), (0.85 / (RATIO_14 + 0.03), "not alpha"),
+                 # the bf16 peak (989e12) in place of fp8's
+                 (1.85 / (step_14(2, peak=989e12) / step_14(1, peak=989e12) + 0.03),
+                  "fp8 peak")]
 
 
 def test_7_14_is_between_free_and_compute_bound():

@@ -170,6 +170,8 @@ FREE_14 = 0.9 * 8 * 16e9 - n_params(**M70)
 PAGES_14 = math.floor(FREE_14 / (256 * kv_per_token(M70)))
 HELD_14 = 2 * (PAGES_14 // (2 + 16))                                  # 532 pages -> 58
 HELD_14_BY_COUNT = math.floor(FREE_14 / (4000 * kv_per_token(M70)))   # 34
+HELD_14_MATMUL = 2 * (math.floor((0.9 * 8 * 16e9 - N70) / (256 * kv_per_token(M70)))
+                      // 18)                                           # N_mm: 60
 HELD_14_NO_PAGES = 2 * math.floor(FREE_14 / kv_per_token(M70) / 4300)  # 62
 HELD_14_PROMPTS = 2 * (PAGES_14 // (1 + 12))                           # 80
 HELD_14_FULL_HBM = 2 * (math.floor((8 * 16e9 - n_params(**M70)) / (256 * kv_per_token(M70)))
@@ -201,7 +203,10 @@ WRONG = {
 }
 HINTS = {
     "8.1": [(SLICE_1_NO_KV, "64 caches"), (4, "1 byte"), (SLICE_1_EXACT, "powers of two"),
-            (SLICE_1_FULL_HBM, "90%"), (SLICE_1_INT8_KV, "2 bytes")],
+            (SLICE_1_FULL_HBM, "90%"), (SLICE_1_INT8_KV, "2 bytes"),
+            # section 8.1's 32 caches in place of 64: 70.6 + 85.9 GB over 14.4 GB -> 16
+            (pow2((n_params(**M70) + 32 * 8192 * kv_per_token(M70)) / (0.9 * 16e9)),
+             "32 caches")],
     # values at 1 byte vs keys alone (or both at 4 bits) vs values alone vs the factor 2
     # twice vs bf16 vs bits vs H heads vs one layer
     "8.2": [(KV_2 * 4 / 3, "values in 8 bits"), (KV_2 * 2 / 3, "keys alone"),
@@ -211,10 +216,12 @@ HINTS = {
     "8.3": [(T_3_BF16, "counted in bf16"), (T_3 * (N70 + 64 * 8192 * kv_per_token(M70))
                                             / (N70 * 0.5 + 64 * 8192 * kv_per_token(M70)),
                                             "not one"),
-            (T_3_NO_KV, "weights alone"), (16 * T_3, "16 chips")],
+            (T_3_NO_KV, "weights alone"), (16 * T_3, "16 chips"),
+            ((N70 * 0.5 + 64 * 8192 * kv_per_token(M70, s=0.5)) / (16 * V5E.hbm_bandwidth),
+             "cache is bf16")],
     "8.4": [(16 * TPS_4, "whole slice"), (TPS_4 / 64, "64"), (TPS_4 / 1024, "one sequence")],
     "8.5": [(16 * COST_5, "no factor 16"), (3600 * COST_5, "3600"),
-            (COST_5 / 1e6, "per token")],
+            (COST_5 / 1e6, "per token"), (COST_5 / 16, "whole slice's tokens/s")],
     "8.6": [(RATIO_6 / 2, "50% MFU"), (RATIO_6 / 2, "not the chapter's 512"),
             (1 / RATIO_6, "upside down"),
             (RATIO_6 * S6 * (2 * N70 + 4 * 80 * 64 * 128 * S6) / FLOPS_6, "causal"),
@@ -226,34 +233,35 @@ HINTS = {
     "8.9": [("same", "HBM read"), ("rises", "all-reduces")],
     "8.15": [(2 * TRIP_15, "bf16"), (TRIP_15 / 2, "key and a value"),
              (16 * TRIP_15, "one link"), (8 * TRIP_15, "no factor 8")],
-    "8.14": [(HELD_14_BY_COUNT, "longest request"), (HELD_14_NO_PAGES, "allocated whole"),
+    "8.14": [(HELD_14 + 1, "equal numbers"), (HELD_14_MATMUL, "all N parameters"),
+             (HELD_14_BY_COUNT, "longest request"), (HELD_14_NO_PAGES, "allocated whole"),
              (HELD_14_PROMPTS, "prompts only"), (HELD_14_FULL_HBM, "90%"),
              (HELD_14_INT8_KV, "bf16")],
 }
 
-# 8.13  DeepSeek-V3 (arXiv:2412.19437, section 4.2), fp8 weights, batch 8: the matmul weights
+# 8.13  DeepSeek-V3 (arXiv:2412.19437, section 4.2), fp8 weights, batch 16: the matmul weights
 # every token meets (attention of the GQA stand-in, 3 dense MLPs of 18432, 1 shared expert
-# and a [D, E] router per MoE layer, the head) + 58 x E (1 - (1 - k/E)^8) routed experts
+# and a [D, E] router per MoE layer, the head) + 58 x E (1 - (1 - k/E)^16) routed experts
 DS = dict(L=61, D=7168, H=128, K=8, h=96, F=2048, F_dense=18432, V=129280, E=256, k=8)
 N_E = 3 * DS["D"] * DS["F"]
 FIXED_13 = (DS["L"] * (2 * DS["D"] * DS["H"] * DS["h"] + 2 * DS["D"] * DS["K"] * DS["h"])
             + 3 * 3 * DS["D"] * DS["F_dense"] + 58 * (N_E + DS["D"] * DS["E"])
             + DS["V"] * DS["D"])
-E_8 = DS["E"] * (1 - (1 - DS["k"] / DS["E"]) ** 8)
-BYTES_13 = FIXED_13 + 58 * E_8 * N_E
+E_16 = DS["E"] * (1 - (1 - DS["k"] / DS["E"]) ** 16)
+BYTES_13 = FIXED_13 + 58 * E_16 * N_E
 ACTIVE_13 = FIXED_13 + 58 * 8 * N_E
 RIGHT["8.13"] = BYTES_13
-WRONG["8.13"] = [ACTIVE_13, FIXED_13 + 58 * 256 * N_E, FIXED_13 + 58 * 64 * N_E,
-                 8 * ACTIVE_13, 2 * BYTES_13, 58 * E_8 * N_E, FIXED_13 + 61 * E_8 * N_E]
+WRONG["8.13"] = [ACTIVE_13, FIXED_13 + 58 * 256 * N_E, FIXED_13 + 58 * 128 * N_E,
+                 16 * ACTIVE_13, 2 * BYTES_13, 58 * E_16 * N_E, FIXED_13 + 61 * E_16 * N_E]
 HINTS["8.13"] = [(ACTIVE_13, "one token's"), (FIXED_13 + 58 * 256 * N_E, "all 256"),
-                 (FIXED_13 + 58 * 64 * N_E, "counts an expert twice"),
-                 (8 * ACTIVE_13, "once per step"), (2 * BYTES_13, "1 byte"),
-                 (58 * E_8 * N_E, "routed experts alone"),
-                 (FIXED_13 + 61 * E_8 * N_E, "58 of the 61")]
+                 (FIXED_13 + 58 * 128 * N_E, "counts an expert twice"),
+                 (16 * ACTIVE_13, "once per step"), (2 * BYTES_13, "1 byte"),
+                 (58 * E_16 * N_E, "routed experts alone"),
+                 (FIXED_13 + 61 * E_16 * N_E, "58 of the 61")]
 
 
 def test_8_13_hand_figures():
-    assert 57 < E_8 < 58 and 1.5e11 < BYTES_13 < 1.8e11
+    assert 101 < E_16 < 102 and 2.5e11 < BYTES_13 < 3e11
 
 
 globals().update(standard_tests(8, RIGHT, WRONG, HINTS, all_hints=True))
@@ -373,11 +381,13 @@ def cheapest(plans, target):
         if p.step_time > target or p.price_per_hour is None:
             continue
         # chip-seconds per output token: the decode step's share, and the prefill of the
-        # request spread over its output tokens (one stage's chips, busy for the longer of
-        # the prefill's compute and its all-reduces)
+        # request spread over its output tokens (prompts batched: one stage's chips busy
+        # for its FLOPs at the MFU, then its all-reduces' bytes)
         decode = p.n_chips * p.step_time / p.batch
-        prefill = (max(p.prefill_compute, p.prefill_comm) * p.n_chips
-                   / p.pipeline_stages / p.output_len)
+        tp = p.n_chips // p.pipeline_stages
+        busy = (p.prefill_flops / (tp * p.peak_flops * p.prefill_mfu)
+                + p.prefill_comm_bandwidth)
+        prefill = busy * tp / p.output_len
         cost = p.price_per_hour / 3600 * (decode + prefill) * 1e6
         if best is None or cost < best[0]:
             best = (cost, p)

@@ -566,3 +566,27 @@ def test_goodput_by_hand():
 def test_new_simulator_input_is_refused_with_a_message(call, word):
     with pytest.raises(ValueError, match=word):
         call()
+
+
+def test_simulator_all_reduces_follow_the_planner():
+    # One request on an idle 16-chip v5e slice: its TTFT is the prompt's kernels plus its
+    # 2 L all-reduces of [S, D], and each decode step adds those of [1, D], as the planner
+    # costs its steps; without all_reduces the kernels alone.
+    from scalebook import collectives
+    m70b = get_model("llama3-70b")
+    kw = dict(n_requests=1, prompt_len=1000, output_len=3, weight_dtype="int8")
+    plain = inf.simulate_serving(m70b, v5e, 16, rate=1.0, **kw)
+    tp = inf.simulate_serving(m70b, v5e, 16, rate=1.0, all_reduces=True, **kw)
+
+    def ar(tokens):
+        return 2 * 80 * collectives.collective_time("all-reduce", tokens * 8192 * 2, (4, 4),
+                                                     v5e, hop_latency=1e-6)
+    pf = inf.prefill_time(m70b, v5e, 1, 1000, 16, "int8", check_memory=False)
+    assert plain.ttft[0] == pytest.approx(pf.time)
+    assert tp.ttft[0] == pytest.approx(pf.time + ar(1000))
+    steps = [inf.decode_step_time(m70b, v5e, 1, 1000 + i, 16, "int8").time for i in (1, 2)]
+    assert tp.latency[0] - tp.ttft[0] == pytest.approx(sum(steps) + 2 * ar(1))
+    with pytest.raises(ValueError, match="one 8-GPU node"):
+        inf.simulate_serving(m70b, h100, 16, rate=1.0, all_reduces=True, **kw)
+    with pytest.raises(ValueError, match="all_reduces must be True or False"):
+        inf.simulate_serving(m70b, v5e, 16, rate=1.0, all_reduces="yes", **kw)

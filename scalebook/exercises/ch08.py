@@ -33,9 +33,9 @@ def _pow2_at_least(x):
 _B1 = 64      # sequences: not the chapter's 32, whose slice section 8.1 prints
 
 
-def _min_v5e(kv=True, s_w=1.0, frac=FRAC, pow2=True, s_kv=2):
+def _min_v5e(kv=True, s_w=1.0, frac=FRAC, pow2=True, s_kv=2, batch=_B1):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
-    cache = _B1 * 8192 * inf.kv_bytes_per_token(m) * s_kv / 2
+    cache = batch * 8192 * inf.kv_bytes_per_token(m) * s_kv / 2
     need = m.weight_bytes(s_w) + (cache if kv else 0)
     n = need / (frac * chip.hbm_bytes)
     return _pow2_at_least(n) if pow2 else math.ceil(n)
@@ -50,9 +50,10 @@ register(NumericExercise(
          "64 caches of 8192 tokens next to them (2 L H_kv h s bytes per token)."),
         (lambda a: a == _min_v5e(kv=False, s_w=0.5), "int8 weights are 1 byte each, and the "
          "caches need room too."),
-        (lambda a: a in (_min_v5e(frac=1.0), _min_v5e(s_kv=1)),
-         "too small: only 90% of each chip's HBM is usable, and the cache is bf16, 2 bytes "
-         "per element (1 byte is the weights only)."),
+        (lambda a: a in (_min_v5e(frac=1.0), _min_v5e(s_kv=1), _min_v5e(batch=32)),
+         "too small: only 90% of each chip's HBM is usable, the cache is bf16, 2 bytes per "
+         "element (1 byte is the weights only), and there are 64 sequences (not section "
+         "8.1's 32 caches)."),
         (lambda a: a in (_min_v5e(pow2=False), _min_v5e(pow2=False, frac=1.0)),
          "the planner's TPU slices come in powers of two: round up to the next one."),
     ],
@@ -109,10 +110,10 @@ register(NumericExercise(
 _B3, _N3, _T3 = 64, 16, 8192
 
 
-def _t3(s_w=0.5, kv=True, n=_N3, all_params=False):
+def _t3(s_w=0.5, kv=True, n=_N3, all_params=False, s_kv=2):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
     w = (m.num_params() if all_params else m.matmul_params()) * s_w
-    cache = _B3 * _T3 * inf.kv_bytes_per_token(m) if kv else 0
+    cache = _B3 * _T3 * inf.kv_bytes_per_token(m) * s_kv / 2 if kv else 0
     return (w + cache) / (n * chip.hbm_bandwidth)
 
 
@@ -131,6 +132,8 @@ register(NumericExercise(
         (lambda a: _close(a, _t3(kv=False)), "that is the weights alone; the step also reads "
          "the whole batch's cache, B T x 2 L H_kv h s bytes."),
         (lambda a: _close(a, _t3(n=1)), "the bytes are read by the 16 chips' HBM together."),
+        (lambda a: _close(a, _t3(s_kv=0.5)), "only the weights are int4; the cache is bf16, "
+         "2 bytes per element."),
     ],
 ))
 
@@ -169,6 +172,8 @@ register(NumericExercise(
          "second: divide the price by 3600."),
         (lambda a: _close(a, _cost5() / 1e6), "that is per token; the question asks per "
          "million tokens."),
+        (lambda a: _close(a, _cost5(price_mult=1 / _N3)), "that divides one chip's price by "
+         "the whole slice's tokens/s: take both per chip (or both for the 16 chips)."),
     ],
 ))
 
@@ -203,12 +208,13 @@ register(NumericExercise(
 
 
 # 8.7 -------------------------------------------------------------------------------------
-def _full7(frac=FRAC, batch=None):
+def _full7(frac=FRAC, batch=None, read_all=False):
     m, chip = _m("llama3-8b"), get_chip("gpu-h100")
     per_seq = inf.kv_bytes_per_token(m) * 4096
     B = math.floor((frac * chip.hbm_bytes - m.weight_bytes(2)) / per_seq) if batch is None \
         else batch
-    return (m.matmul_params() * 2 + B * per_seq) / chip.hbm_bandwidth
+    read = m.num_params() if read_all else m.matmul_params()
+    return (read * 2 + B * per_seq) / chip.hbm_bandwidth
 
 
 register(NumericExercise(
@@ -225,8 +231,9 @@ register(NumericExercise(
          "caches are most of the bytes."),
         (lambda a: _close(a, FRAC * get_chip("gpu-h100").hbm_bytes
                           / get_chip("gpu-h100").hbm_bandwidth, 0.01),
-         "0.9 M_cap / W_hbm is the large-batch limit; count the bytes a step reads: the "
-         "matmul weights and the caches of a whole number of sequences."),
+         "0.9 M_cap / W_hbm is the large-batch limit (reading all N weights comes to about "
+         "the same); count the bytes a step reads: the matmul weights N_mm (the embedding "
+         "is looked up, not streamed) and the caches of a whole number of sequences."),
     ],
 ))
 
@@ -255,7 +262,7 @@ register(ChoiceExercise(
 
 # 8.9 -------------------------------------------------------------------------------------
 # 70B bf16 on v5e at a short context (2048 tokens), 32 -> 64 chips, each at the largest batch
-# that fits: section 8.2 prints the same model rising from 16 to 64 chips at 8192 tokens;
+# that fits: section 8.2 prints the same model rising from 16 to 32 chips at 8192 tokens;
 # here the batch is four times larger and the all-reduces of 64 chips take longer than the
 # HBM read. Tokens/s per chip fall by 12% to 39% for any hop latency from 0.3 to 3 µs, with
 # the step taken as max(FLOPs/C, bytes/W, comm) or per kernel (attention's KV read, then
@@ -521,8 +528,8 @@ register(CodeExercise(
 
 
 # 8.13 ------------------------------------------------------------------------------------
-_B13 = 8      # sequences: small enough that the tokens share few experts, not so few that
-#               B k distinct experts (no sharing) is within the tolerance
+_B13 = 16     # sequences: enough that tokens share experts, not so few that B k distinct
+#               experts (no sharing) is within the tolerance; no table of 8.9 prints it
 
 
 def _ds3():
@@ -531,7 +538,7 @@ def _ds3():
 
 
 def _bytes13(experts=None, layers=None, fixed=True, s_w=1.0):
-    """Weight bytes one decode step of DeepSeek-V3 reads at batch 8, or a typical mistake:
+    """Weight bytes one decode step of DeepSeek-V3 reads at batch 16, or a typical mistake:
     ``experts`` routed experts per MoE layer instead of E_B, over ``layers`` layers."""
     m = _ds3()
     E, k, N_e = m.n_experts, m.top_k, m.dense.mlp_params_per_layer()
@@ -552,14 +559,14 @@ register(NumericExercise(
     reference=_ref13,
     hints=[
         (lambda a: _close(a, _bytes13(experts=_ds3().top_k)), "that is one token's weights "
-         "(the active parameters); 8 tokens reach more than 8 experts per layer."),
+         "(the active parameters); 16 tokens reach more than 8 experts per layer."),
         (lambda a: _close(a, _bytes13(experts=_ds3().n_experts)), "that reads all 256 "
-         "experts; at batch 8 a step reaches only E (1 - (1 - k/E)^B) of them on average."),
-        (lambda a: _close(a, _bytes13(experts=_B13 * _ds3().top_k)), "close, but B k = 64 "
+         "experts; at batch 16 a step reaches only E (1 - (1 - k/E)^B) of them on average."),
+        (lambda a: _close(a, _bytes13(experts=_B13 * _ds3().top_k)), "close, but B k = 128 "
          "experts counts an expert twice when two tokens pick it: the expected number of "
          "distinct experts is E (1 - (1 - k/E)^B)."),
         (lambda a: _close(a, _B13 * _bytes13(experts=_ds3().top_k)), "the weights are read "
-         "once per step for all 8 tokens, not once per token."),
+         "once per step for all 16 tokens, not once per token."),
         (lambda a: _close(a, _bytes13(s_w=2.0)), "fp8 weights are 1 byte each, not 2."),
         (lambda a: _close(a, _bytes13(fixed=False)), "that is the routed experts alone; add "
          "the weights every token meets: attention, the 3 dense layers' MLPs, the shared "
@@ -577,9 +584,11 @@ register(NumericExercise(
 _PAGE14, _SHORT14, _LONG14 = 256, (200, 100), (3000, 1000)
 
 
-def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, count=False):
+def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, count=False,
+            matmul_only=False, pairs=True):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
-    free = 8 * chip.hbm_bytes * frac - m.weight_bytes(1.0)
+    weights = m.matmul_params() if matmul_only else m.weight_bytes(1.0)
+    free = 8 * chip.hbm_bytes * frac - weights
     kv = inf.kv_bytes_per_token(m) * s_kv / 2
     lens = [p + (0 if prompt_only else o) for p, o in (_SHORT14, _LONG14)]
     if count:
@@ -587,7 +596,8 @@ def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, coun
     if not pages:
         return 2 * math.floor(free / kv / sum(lens))
     n_pages = math.floor(free / (page * kv))
-    return 2 * (n_pages // sum(math.ceil(x / page) for x in lens))
+    per_pair = sum(math.ceil(x / page) for x in lens)
+    return 2 * (n_pages // per_pair) if pairs else 2 * n_pages / per_pair
 
 
 def _ref14():
@@ -599,9 +609,15 @@ def _ref14():
 
 
 register(NumericExercise(
-    id="8.14", title="Requests a paged cache holds", unit="requests", rtol=0.04,
+    id="8.14", title="Requests a paged cache holds", unit="requests", integer=True,
     reference=_ref14,
     hints=[
+        (lambda a: a == _held14(matmul_only=True),
+         "the weights are all N parameters at 1 byte (the embedding table sits in HBM too), "
+         "not only the N_mm of the matmuls; and only whole pairs fit (round down)."),
+        (lambda a: a % 2 == 1 or a == math.ceil(_held14(pairs=False) / 2) * 2,
+         "the two kinds come in equal numbers: count whole pairs that fit (round down), "
+         "two requests each."),
         (lambda a: a == _held14(count=True) or _close(a, _held14(count=True) + 1, 0.001),
          "that reserves the longest request, 4,000 tokens, for every one (admission by "
          "count); with pages each request holds only its own length."),
