@@ -1008,7 +1008,8 @@ def simulate_serving(model, chip, n_chips: int, rate: float, n_requests: int = 2
 # and use the per-kernel step, T_attn + max(T_math, T_weights) + T_a2a.
 from .models import MoEConfig as _MoEConfig  # noqa: E402
 
-__all__ += ["expected_experts", "MoEStep", "moe_decode_step", "moe_critical_batch",
+__all__ += ["expected_experts", "busiest_experts", "MoEStep", "moe_decode_step",
+            "moe_critical_batch",
             "MTPGain", "mtp_module_params", "mtp_speedup", "mtp_break_even_batch"]
 
 
@@ -1029,6 +1030,49 @@ def expected_experts(n_experts: int, top_k: int, tokens: float) -> float:
     return E * (1 - (1 - k / E) ** B)
 
 
+def busiest_experts(n_experts: int, top_k: int, tokens: float, n_ep: int) -> float:
+    """Expected routed experts of one MoE layer that the busiest of ``n_ep`` chips reads,
+    each chip holding m = E / n_ep of them, when ``tokens`` tokens are routed uniformly.
+
+    The step waits for the slowest chip, so this, not E_B / n_ep, sets the time to read
+    the experts. Each expert is taken to be hit independently with probability q = E_B / E
+    (:func:`expected_experts`), so a chip's count is Binomial(m, q) and the busiest of
+    n_ep is E[max] = sum over x = 1..m of 1 - F(x - 1)^n_ep, F the binomial CDF. (The hits
+    are not quite independent, a token's k experts being distinct: at Mixtral's B = 1 the
+    busiest chip reads exactly 1 of its 1 expert, the formula 0.90.) n_ep = 1 gives E_B;
+    many tokens give m."""
+    n = check_positive_int("n_ep", n_ep)
+    E = check_positive_int("n_experts", n_experts)
+    if E % n:
+        raise ValueError(f"n_ep={n} must divide the {E} experts")
+    e_b = expected_experts(E, top_k, tokens)
+    m, q = E // n, e_b / E
+    if n == 1:
+        return e_b
+    total, cdf = 0.0, 0.0
+    for x in range(m):                   # P(X <= x), then 1 - P(X <= x)^n for x + 1
+        cdf += math.comb(m, x) * q ** x * (1 - q) ** (m - x)
+        total += 1 - min(cdf, 1.0) ** n
+    return total
+
+
+def _tp_ar_time(chip, nbytes: float, n: int) -> float:
+    """One all-reduce of ``nbytes`` per chip over the n chips of a tensor-parallel group
+    (bandwidth only): within one fast domain :func:`scalebook.collectives.collective_time`;
+    a GPU group over several nodes reduce-scatters in each node (NVLink), all-reduces its
+    1 / node of the bytes between the nodes on each GPU's own NIC (``dcn_bandwidth``),
+    and all-gathers in the node, one after the other."""
+    if n == 1:
+        return 0.0
+    domain = chip.ici_domain_chips
+    if not _coll.is_switched(chip) or domain is None or n <= domain:
+        return _coll.collective_time("all-reduce", nbytes, n, chip)
+    nodes = n // domain
+    return (_coll.collective_time("reduce-scatter", nbytes, domain, chip)
+            + 2 * (nodes - 1) / nodes * (nbytes / domain) / chip.dcn_bandwidth
+            + _coll.collective_time("all-gather", nbytes, domain, chip))
+
+
 @dataclass(frozen=True)
 class MoEStep:
     """One decode step of ``batch`` sequences, ``queries`` tokens each (1 for plain decode,
@@ -1038,16 +1082,18 @@ class MoEStep:
     ``experts_read``: routed experts per MoE layer one group reads (E_B; 0 for a dense
     model). ``flops``: weight-matmul FLOPs, ``attn_flops``: attention FLOPs, both over all
     chips. ``weight_bytes``: weight bytes read by all groups together; ``kv_bytes``: the
-    cache read. Times in seconds: ``t_attn`` the attention kernels, ``t_math`` and
-    ``t_weights`` the weight matmuls' compute and weight reading, ``t_a2a`` the dispatch and
-    combine all-to-alls of every MoE layer.
+    cache read. ``experts_busiest``: routed experts per MoE layer the busiest chip of a
+    group reads (:func:`busiest_experts`). Times in seconds: ``t_attn`` the attention
+    kernels, ``t_math`` and ``t_weights`` the weight matmuls' compute and the busiest chip's
+    weight reading, ``t_a2a`` the dispatch and combine all-to-alls of every MoE layer,
+    ``t_ar`` the all-reduces of the tensor-parallel other weights; ``t_comm`` = t_a2a + t_ar.
 
-    ``time`` = t_attn + max(t_math, t_weights) + t_a2a: attention (bound by reading the
-    cache) and the weight matmuls run one after the other, and the all-to-alls are not
-    overlapped with either; with ``overlap_a2a`` (two micro-batches that take turns, one
-    computing while the other communicates) it is max(t_attn + max(t_math, t_weights),
-    t_a2a). ``optimistic`` = max of all four: perfect overlap, a bound that
-    is never larger than ``time``."""
+    ``time`` = t_attn + max(t_math, t_weights) + t_comm: attention (bound by reading the
+    cache), the weight matmuls and the collectives run one after the other; with
+    ``overlap_a2a`` (two micro-batches that take turns, one computing while the other
+    communicates) it is max(t_attn + max(t_math, t_weights), t_comm). ``optimistic`` = max
+    of t_attn, t_math, t_weights and t_comm: perfect overlap, a bound that is never larger
+    than ``time``."""
 
     model: str
     batch: int
@@ -1063,17 +1109,24 @@ class MoEStep:
     t_math: float
     t_weights: float
     t_a2a: float
+    t_ar: float = 0.0               # the tensor-parallel all-reduces of the other weights
+    experts_busiest: float = math.nan
 
     overlap_a2a: bool = False
 
     @property
+    def t_comm(self) -> float:
+        """The step's collectives: the all-to-alls and the all-reduces."""
+        return self.t_a2a + self.t_ar
+
+    @property
     def time(self) -> float:
         kernels = self.t_attn + max(self.t_math, self.t_weights)
-        return max(kernels, self.t_a2a) if self.overlap_a2a else kernels + self.t_a2a
+        return max(kernels, self.t_comm) if self.overlap_a2a else kernels + self.t_comm
 
     @property
     def optimistic(self) -> float:
-        return max(self.t_attn, self.t_math, self.t_weights, self.t_a2a)
+        return max(self.t_attn, self.t_math, self.t_weights, self.t_comm)
 
     @property
     def tokens(self) -> int:
@@ -1173,7 +1226,7 @@ def _a2a_time(chip, nbytes: float, n_ep: int) -> float:
 
 def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
               compute_dtype, act_dtype, queries, kv_per_token, hbm_fraction, check_memory,
-              overlap_a2a=False, layers: int | None = None) -> MoEStep:
+              overlap_a2a=False, layers: int | None = None, all_reduces=None) -> MoEStep:
     chip = get_chip(chip)
     n, n_ep, r = _groups(p, n_chips, n_ep, batch)
     B = batch
@@ -1213,14 +1266,29 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     if p.moe_layers and n_ep > 1:
         per_chip = tokens_group / n_ep * p.top_k * c.d_model * sa
         t_a2a = 2 * p.moe_layers * _a2a_time(chip, per_chip, n_ep)
+    if n_ep > 1 and _coll.is_switched(chip) and chip.ici_domain_chips \
+            and n_ep > chip.ici_domain_chips and chip.dcn_bandwidth is None:
+        raise ValueError(f"a group of {n_ep} {chip.name} GPUs spans several nodes and the "
+                         f"chip has no dcn_bandwidth: give one with chip.with_(...)")
+    # the other weights are split n_ep ways: each layer all-reduces the [B_g, D] outputs of
+    # its attention and of its dense or shared MLP
+    if all_reduces is None:
+        all_reduces = p.moe_layers > 0
+    if not isinstance(all_reduces, bool):
+        raise ValueError(f"all_reduces must be True, False or None; got {all_reduces!r}")
+    t_ar = (2 * L * _tp_ar_time(chip, tokens_group * c.d_model * sa, n_ep)
+            if all_reduces else 0.0)
+    # the busiest chip of the group reads its share of the fixed weights and its experts
+    M = busiest_experts(p.n_experts, p.top_k, tokens_group, n_ep) if p.moe_layers else 0.0
+    busiest_bytes = (p.fixed / n_ep + p.moe_layers * M * p.expert) * sw
     return MoEStep(model=p.name, batch=B, queries=q, n_chips=n, n_ep=n_ep, experts_read=E_B,
                    flops=flops, attn_flops=attn_flops, weight_bytes=r * group_bytes,
                    kv_bytes=kv_bytes,
                    t_attn=max(attn_flops / (n * chip.bf16_flops),
                               kv_bytes / (n * chip.hbm_bandwidth)),
                    t_math=flops / (n * peak),
-                   t_weights=group_bytes / (n_ep * chip.hbm_bandwidth), t_a2a=t_a2a,
-                   overlap_a2a=overlap_a2a)
+                   t_weights=busiest_bytes / chip.hbm_bandwidth, t_a2a=t_a2a, t_ar=t_ar,
+                   experts_busiest=M, overlap_a2a=overlap_a2a)
 
 
 def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
@@ -1228,7 +1296,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                     kv_dtype: str = "bf16", compute_dtype: str = "bf16",
                     act_dtype: str = "bf16", queries: int = 1,
                     kv_bytes_per_token: float | None = None, hbm_fraction: float = 1.0,
-                    check_memory: bool = True, overlap_a2a: bool = False) -> MoEStep:
+                    check_memory: bool = True, overlap_a2a: bool = False,
+                    all_reduces: bool | None = None) -> MoEStep:
     """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
     e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
     at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
@@ -1236,16 +1305,17 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     Layout: the ``n_chips`` (n) chips are r = n / ``n_ep`` copies of an expert-parallel
     group of n_ep chips (default n_ep = n, one group). A group holds every expert, E / n_ep
     per chip, and splits the other weights (attention, dense layers, shared experts, router,
-    head) n_ep ways (tensor parallelism; its all-reduces are left out, as in
-    :func:`decode_step_time`); it serves B / r sequences, the cache split evenly.
+    head) n_ep ways by tensor parallelism; it serves B / r sequences, the cache split
+    evenly.
 
     Per step, with B_g = B q / r tokens per group and uniform routing
     (:func:`expected_experts`):
 
     * weight bytes a group reads: s_w (N_fixed + L_moe E_B N_e), with E_B = E (1 - (1 -
       k/E)^B_g) routed experts per MoE layer, N_e = 3 D F the parameters of one, N_fixed
-      the matmul parameters every token meets (all but the routed experts);
-      T_weights = that / (n_ep W_hbm);
+      the matmul parameters every token meets (all but the routed experts); the busiest
+      chip reads s_w (N_fixed / n_ep + L_moe M N_e), M from :func:`busiest_experts`, and
+      T_weights = that / W_hbm;
     * FLOPs of the weight matmuls 2 N_active B q (N_active: ``active_matmul_params``),
       T_math = that / (n C);
     * attention: reads the cache, B T x KV bytes per token, and does 4 L H h T B q FLOPs
@@ -1253,19 +1323,25 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     * all-to-all: per MoE layer a dispatch and a combine, each chip sending its B_g / n_ep
       tokens' k copies of [D] at ``act_dtype``: T_a2a = 2 L_moe x one all-to-all
       (``_a2a_time``: within a node ``collective_time``, across GPU nodes NVLink then
-      the NIC).
+      the NIC);
+    * all-reduce: each layer sums the [B_g, D] outputs of its attention and of its dense
+      or shared MLP over the group, T_ar = 2 L x one all-reduce (``_tp_ar_time``,
+      bandwidth only).
 
-    Step = T_attn + max(T_math, T_weights) + T_a2a (nothing overlaps across kernels), or
-    with ``overlap_a2a`` max(T_attn + max(T_math, T_weights), T_a2a) (two micro-batches
-    taking turns, as DeepSeek's decoding does).
+    Step = T_attn + max(T_math, T_weights) + T_a2a + T_ar (nothing overlaps across
+    kernels), or with ``overlap_a2a`` max(T_attn + max(T_math, T_weights), T_a2a + T_ar)
+    (two micro-batches taking turns, as DeepSeek's decoding does).
     ``kv_bytes_per_token`` overrides the cache per token (e.g. DeepSeek's latent cache,
     576 L s bytes, where the GQA stand-in of ``DEEPSEEK_V3`` stores more). With
     ``check_memory`` the weights (E / n_ep experts and 1 / n_ep of the rest per chip) and
-    1 / n of the cache must fit in ``hbm_fraction`` of each chip's HBM."""
+    1 / n of the cache must fit in ``hbm_fraction`` of each chip's HBM. ``all_reduces``:
+    count T_ar (None: for a mixture of experts, whose group splits the other weights; not
+    for a dense model, whose step is then chapter 7's :func:`decode_step_time`, which
+    leaves communication out)."""
     p = _parts(model)
     return _moe_step(p, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
                      compute_dtype, act_dtype, queries, kv_bytes_per_token, hbm_fraction,
-                     check_memory, overlap_a2a)
+                     check_memory, overlap_a2a, all_reduces=all_reduces)
 
 
 def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
@@ -1365,7 +1441,7 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 kv_dtype: str = "bf16", compute_dtype: str = "bf16",
                 act_dtype: str = "bf16", kv_bytes_per_token: float | None = None,
                 rho: float | None = None, check_memory: bool = True,
-                overlap_a2a: bool = False) -> MTPGain:
+                overlap_a2a: bool = False, all_reduces: bool | None = None) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1385,7 +1461,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     p = _parts(model)
     kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
-              act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a)
+              act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
+              all_reduces=all_reduces)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
                       check_memory=check_memory, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,

@@ -56,13 +56,18 @@ def mixtral_step_by_hand(B, T, n=8, q=1):
     attn_flops = 4 * L * H * h * T * B * q
     t_attn = max(attn_flops / (n * h100.bf16_flops), kv / (n * h100.hbm_bandwidth))
     t_math = flops / (n * h100.bf16_flops)
-    t_w = weight_bytes / (n * h100.hbm_bandwidth)
+    # the busiest GPU (one expert each on 8 GPUs): its expert is hit with probability
+    # q = E_B / E, so it reads 1 - (1 - q)^8 experts per layer on average
+    busiest = 1 - (1 - E_B / E) ** n
+    t_w = 2 * (fixed / n + L * busiest * N_e) / h100.hbm_bandwidth
     a2a_in = B * q / n * k * D * 2                  # bytes each GPU dispatches
     nvlink = h100.ici_link_bandwidth * h100.ici_links
     t_a2a = 2 * L * (n - 1) / n * a2a_in / nvlink
+    # 2 L all-reduces of the [B, D] outputs of attention over the 8 GPUs (ring, switch)
+    t_ar = 2 * L * 2 * (n - 1) / n * B * q * D * 2 / nvlink
     return dict(E_B=E_B, weight_bytes=weight_bytes, flops=flops, kv=kv, t_attn=t_attn,
-                t_math=t_math, t_w=t_w, t_a2a=t_a2a,
-                time=t_attn + max(t_math, t_w) + t_a2a)
+                t_math=t_math, t_w=t_w, t_a2a=t_a2a, t_ar=t_ar, busiest=busiest,
+                time=t_attn + max(t_math, t_w) + t_a2a + t_ar)
 
 
 @pytest.mark.parametrize("B", [1, 16, 512])
@@ -74,7 +79,8 @@ def test_mixtral_decode_step_by_hand(B):
     assert s.flops == pytest.approx(want["flops"])
     assert s.kv_bytes == pytest.approx(want["kv"])
     for mine, theirs in [("t_attn", "t_attn"), ("t_math", "t_math"),
-                         ("t_weights", "t_w"), ("t_a2a", "t_a2a"), ("time", "time")]:
+                         ("t_weights", "t_w"), ("t_a2a", "t_a2a"), ("t_ar", "t_ar"),
+                         ("experts_busiest", "busiest"), ("time", "time")]:
         assert getattr(s, mine) == pytest.approx(want[theirs]), mine
     assert s.optimistic <= s.time
     # one token reads its own k experts per layer: the active weights, at 2 bytes
@@ -88,7 +94,7 @@ def test_overlap_takes_the_larger_of_kernels_and_all_to_alls():
     plain = inf.moe_decode_step(MIXTRAL_8X7B, h100, 64, 2048, **kw)
     both = inf.moe_decode_step(MIXTRAL_8X7B, h100, 64, 2048, overlap_a2a=True, **kw)
     kernels = plain.t_attn + max(plain.t_math, plain.t_weights)
-    assert both.time == pytest.approx(max(kernels, plain.t_a2a))
+    assert both.time == pytest.approx(max(kernels, plain.t_a2a + plain.t_ar))
     assert plain.optimistic <= both.time <= plain.time
 
 
@@ -114,9 +120,46 @@ def test_copies_of_a_smaller_expert_group():
     s = inf.moe_decode_step(MIXTRAL_8X7B, h100, 16, 1024, n_chips=8, n_ep=4)
     L, D, F, E, k = (MIX[x] for x in "L D F E k".split())
     fixed = MIXTRAL_8X7B.active_matmul_params() - L * k * 3 * D * F
-    group = 2 * (fixed + L * E * (1 - (1 - k / E) ** 8) * 3 * D * F)
+    E_B = E * (1 - (1 - k / E) ** 8)
+    group = 2 * (fixed + L * E_B * 3 * D * F)
     assert s.weight_bytes == pytest.approx(2 * group)
-    assert s.t_weights == pytest.approx(group / (4 * h100.hbm_bandwidth))
+    # the busiest of 4 GPUs, 2 experts each hit with probability q = E_B / E: a
+    # Binomial(2, q) count, E[max of 4] = (1 - F(0)^4) + (1 - F(1)^4)
+    q = E_B / E
+    f0, f1 = (1 - q) ** 2, (1 - q) ** 2 + 2 * q * (1 - q)
+    busiest = (1 - f0 ** 4) + (1 - f1 ** 4)
+    assert s.experts_busiest == pytest.approx(busiest)
+    assert s.t_weights == pytest.approx(2 * (fixed / 4 + L * busiest * 3 * D * F)
+                                        / h100.hbm_bandwidth)
+
+
+def test_busiest_experts():
+    # one expert per chip, B = 1 token with k = 2 of 8: the independent-hit model gives
+    # 1 - (1 - 1/4)^8 (exactly 1 in truth: two chips read one expert each)
+    assert inf.busiest_experts(8, 2, 1, 8) == pytest.approx(1 - 0.75 ** 8)
+    assert inf.busiest_experts(256, 8, 4, 1) == pytest.approx(inf.expected_experts(256, 8, 4))
+    assert inf.busiest_experts(256, 8, 10_000, 32) == pytest.approx(8)     # every expert
+    # the busiest chip reads more than the mean, E_B / n_ep
+    for B in (1, 8, 64):
+        assert inf.busiest_experts(256, 8, B, 32) > inf.expected_experts(256, 8, B) / 32
+    with pytest.raises(ValueError, match="n_ep=24 must divide the 256 experts"):
+        inf.busiest_experts(256, 8, 4, 24)
+
+
+def test_all_reduces_across_nodes_by_hand():
+    """32 H200 = 4 nodes: reduce-scatter in the node, the node's 1/8 all-reduced over the 4
+    nodes on each GPU's NIC, all-gather in the node (bandwidth only)."""
+    B, n = 256, 32
+    s = inf.moe_decode_step(DEEPSEEK_V3, h200, B, 4096, n_chips=n, weight_dtype="fp8",
+                            compute_dtype="fp8", check_memory=False)
+    nbytes = B * 7168 * 2
+    nvlink = h200.ici_link_bandwidth * h200.ici_links
+    one = (2 * 7 / 8 * nbytes / nvlink + 2 * 3 / 4 * nbytes / 8 / h200.dcn_bandwidth)
+    assert s.t_ar == pytest.approx(2 * 61 * one)
+    dense = inf.moe_decode_step("llama3-70b", h200, 64, 2048, n_chips=8)
+    assert dense.t_ar == 0                          # chapter 7's step: no communication
+    assert inf.moe_decode_step("llama3-70b", h200, 64, 2048, n_chips=8,
+                               all_reduces=True).t_ar > 0
 
 
 def test_a_dense_model_is_the_per_kernel_step():
