@@ -1038,9 +1038,9 @@ def busiest_experts(n_experts: int, top_k: int, tokens: float, n_ep: int) -> flo
     the experts. Each expert is taken to be hit independently with probability q = E_B / E
     (:func:`expected_experts`), so a chip's count is Binomial(m, q) and the busiest of
     n_ep is E[max] = sum over x = 1..m of 1 - F(x - 1)^n_ep, F the binomial CDF. (The hits
-    are not quite independent, a token's k experts being distinct: at Mixtral's B = 1 the
-    busiest chip reads exactly 1 of its 1 expert, the formula 0.90.) n_ep = 1 gives E_B;
-    many tokens give m."""
+    are not quite independent, a token's k experts being distinct; with one expert a chip
+    the busiest chip reads exactly 1 from the first token, which is returned as such.)
+    n_ep = 1 gives E_B; many tokens give m."""
     n = check_positive_int("n_ep", n_ep)
     E = check_positive_int("n_experts", n_experts)
     if E % n:
@@ -1049,6 +1049,8 @@ def busiest_experts(n_experts: int, top_k: int, tokens: float, n_ep: int) -> flo
     m, q = E // n, e_b / E
     if n == 1:
         return e_b
+    if m == 1:                  # one expert a chip: some chip reads one as soon as a token runs
+        return 1.0 if tokens > 0 else 0.0
     total, cdf = 0.0, 0.0
     for x in range(m):                   # P(X <= x), then 1 - P(X <= x)^n for x + 1
         cdf += math.comb(m, x) * q ** x * (1 - q) ** (m - x)
@@ -1056,21 +1058,23 @@ def busiest_experts(n_experts: int, top_k: int, tokens: float, n_ep: int) -> flo
     return total
 
 
-def _tp_ar_time(chip, nbytes: float, n: int) -> float:
-    """One all-reduce of ``nbytes`` per chip over the n chips of a tensor-parallel group
-    (bandwidth only): within one fast domain :func:`scalebook.collectives.collective_time`;
-    a GPU group over several nodes reduce-scatters in each node (NVLink), all-reduces its
-    1 / node of the bytes between the nodes on each GPU's own NIC (``dcn_bandwidth``),
-    and all-gathers in the node, one after the other."""
+def _tp_ar_time(chip, nbytes: float, n: int, hop_latency: float = 0.0) -> float:
+    """One all-reduce of ``nbytes`` per chip over the n chips of a tensor-parallel group:
+    within one fast domain :func:`scalebook.collectives.collective_time`. A GPU group over
+    several nodes runs it hierarchically, pipelined: reduce-scatter and all-gather in each
+    node over NVLink, and the node's 1 / node of the bytes all-reduced between the nodes
+    on each GPU's own NIC (``dcn_bandwidth``), the slower of the two setting the pace;
+    ``hop_latency`` for each of its 2 (node - 1) + 2 (nodes - 1) steps."""
     if n == 1:
         return 0.0
     domain = chip.ici_domain_chips
     if not _coll.is_switched(chip) or domain is None or n <= domain:
-        return _coll.collective_time("all-reduce", nbytes, n, chip)
+        return _coll.collective_time("all-reduce", nbytes, n, chip, hop_latency=hop_latency)
     nodes = n // domain
-    return (_coll.collective_time("reduce-scatter", nbytes, domain, chip)
-            + 2 * (nodes - 1) / nodes * (nbytes / domain) / chip.dcn_bandwidth
-            + _coll.collective_time("all-gather", nbytes, domain, chip))
+    nvlink = (_coll.collective_time("reduce-scatter", nbytes, domain, chip)
+              + _coll.collective_time("all-gather", nbytes, domain, chip))
+    nic = 2 * (nodes - 1) / nodes * (nbytes / domain) / chip.dcn_bandwidth
+    return max(nvlink, nic) + (2 * (domain - 1) + 2 * (nodes - 1)) * hop_latency
 
 
 @dataclass(frozen=True)
@@ -1205,28 +1209,30 @@ def _groups(p: _Parts, n_chips, n_ep, batch) -> tuple[int, int, int]:
     return n, n_ep, r
 
 
-def _a2a_time(chip, nbytes: float, n_ep: int) -> float:
+def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0) -> float:
     """One all-to-all in which each of ``n_ep`` chips holds ``nbytes`` of routed copies.
 
     Within one fast domain (a TPU slice's torus axis, a GPU node's NVSwitch):
     :func:`scalebook.collectives.collective_time`. A GPU group over several nodes sends the
     (local - 1) / n_ep of its bytes meant for the other GPUs of its node over NVLink and the
     (n_ep - local) / n_ep meant for other nodes on its own NIC (``dcn_bandwidth``), one
-    after the other, as :mod:`scalebook.training` times the expert all-to-all."""
+    after the other, as :mod:`scalebook.training` times the expert all-to-all; each part
+    waits ``hop_latency`` once (its blocks go straight to their GPU)."""
     domain = chip.ici_domain_chips
     if not _coll.is_switched(chip) or domain is None or n_ep <= domain:
-        return _coll.collective_time("all-to-all", nbytes, n_ep, chip)
+        return _coll.collective_time("all-to-all", nbytes, n_ep, chip, hop_latency=hop_latency)
     if chip.dcn_bandwidth is None:
         raise ValueError(f"an expert group of {n_ep} {chip.name} GPUs spans several nodes of "
                          f"{domain}, and the chip has no dcn_bandwidth: give one with "
                          f"chip.with_(dcn_bandwidth=...)")
     return (nbytes * (domain - 1) / n_ep / chip.ici_bandwidth
-            + nbytes * (n_ep - domain) / n_ep / chip.dcn_bandwidth)
+            + nbytes * (n_ep - domain) / n_ep / chip.dcn_bandwidth + 2 * hop_latency)
 
 
 def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
               compute_dtype, act_dtype, queries, kv_per_token, hbm_fraction, check_memory,
-              overlap_a2a=False, layers: int | None = None, all_reduces=None) -> MoEStep:
+              overlap_a2a=False, layers: int | None = None, all_reduces=None,
+              hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MoEStep:
     chip = get_chip(chip)
     n, n_ep, r = _groups(p, n_chips, n_ep, batch)
     B = batch
@@ -1237,6 +1243,7 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     peak = _peak(chip, compute_dtype)
     if not isinstance(overlap_a2a, bool):
         raise ValueError(f"overlap_a2a must be True or False; got {overlap_a2a!r}")
+    t_hop = check_nonnegative("hop_latency", hop_latency)
     c = p.base
     L = c.n_layers if layers is None else layers
     if kv_per_token is None:
@@ -1265,7 +1272,7 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     t_a2a = 0.0
     if p.moe_layers and n_ep > 1:
         per_chip = tokens_group / n_ep * p.top_k * c.d_model * sa
-        t_a2a = 2 * p.moe_layers * _a2a_time(chip, per_chip, n_ep)
+        t_a2a = 2 * p.moe_layers * _a2a_time(chip, per_chip, n_ep, t_hop)
     if n_ep > 1 and _coll.is_switched(chip) and chip.ici_domain_chips \
             and n_ep > chip.ici_domain_chips and chip.dcn_bandwidth is None:
         raise ValueError(f"a group of {n_ep} {chip.name} GPUs spans several nodes and the "
@@ -1276,7 +1283,7 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
         all_reduces = p.moe_layers > 0
     if not isinstance(all_reduces, bool):
         raise ValueError(f"all_reduces must be True, False or None; got {all_reduces!r}")
-    t_ar = (2 * L * _tp_ar_time(chip, tokens_group * c.d_model * sa, n_ep)
+    t_ar = (2 * L * _tp_ar_time(chip, tokens_group * c.d_model * sa, n_ep, t_hop)
             if all_reduces else 0.0)
     # the busiest chip of the group reads its share of the fixed weights and its experts
     M = busiest_experts(p.n_experts, p.top_k, tokens_group, n_ep) if p.moe_layers else 0.0
@@ -1297,7 +1304,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                     act_dtype: str = "bf16", queries: int = 1,
                     kv_bytes_per_token: float | None = None, hbm_fraction: float = 1.0,
                     check_memory: bool = True, overlap_a2a: bool = False,
-                    all_reduces: bool | None = None) -> MoEStep:
+                    all_reduces: bool | None = None,
+                    hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MoEStep:
     """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
     e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
     at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
@@ -1325,8 +1333,10 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
       (``_a2a_time``: within a node ``collective_time``, across GPU nodes NVLink then
       the NIC);
     * all-reduce: each layer sums the [B_g, D] outputs of its attention and of its dense
-      or shared MLP over the group, T_ar = 2 L x one all-reduce (``_tp_ar_time``,
-      bandwidth only).
+      or shared MLP over the group, T_ar = 2 L x one all-reduce (``_tp_ar_time``).
+
+    The collectives wait ``hop_latency`` per step (default
+    ``collectives.ASSUMED_HOP_LATENCY``, as the serving planner; 0 for bandwidth only).
 
     Step = T_attn + max(T_math, T_weights) + T_a2a + T_ar (nothing overlaps across
     kernels), or with ``overlap_a2a`` max(T_attn + max(T_math, T_weights), T_a2a + T_ar)
@@ -1341,7 +1351,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     p = _parts(model)
     return _moe_step(p, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
                      compute_dtype, act_dtype, queries, kv_bytes_per_token, hbm_fraction,
-                     check_memory, overlap_a2a, all_reduces=all_reduces)
+                     check_memory, overlap_a2a, all_reduces=all_reduces,
+                     hop_latency=hop_latency)
 
 
 def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
@@ -1441,7 +1452,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 kv_dtype: str = "bf16", compute_dtype: str = "bf16",
                 act_dtype: str = "bf16", kv_bytes_per_token: float | None = None,
                 rho: float | None = None, check_memory: bool = True,
-                overlap_a2a: bool = False, all_reduces: bool | None = None) -> MTPGain:
+                overlap_a2a: bool = False, all_reduces: bool | None = None,
+                hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1462,7 +1474,7 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
               act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
-              all_reduces=all_reduces)
+              all_reduces=all_reduces, hop_latency=hop_latency)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
                       check_memory=check_memory, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,

@@ -134,8 +134,9 @@ def valid_tp_degrees(model) -> list[int]:
 class ServingPlan:
     """One serving configuration and what it gives. Times in seconds, bytes, tokens/s.
 
-    ``step_time`` is the decode step (= time per output token, TPOT): max(t_attn + t_mm,
-    t_comm); ``bound`` names what sets it. Throughputs are per chip. Cost fields are
+    ``step_time`` is the decode step (= time per output token, TPOT): t_attn + t_mm +
+    t_comm (max(t_attn + t_mm, t_comm) with ``overlap_comm``); ``bound`` names what sets
+    it. Throughputs are per chip. Cost fields are
     ``None`` when the chip has no listed price."""
 
     model: str
