@@ -38,8 +38,15 @@ terminal) and ``summary.md`` (per exercise: how many right, the most common wron
 which is also printed. Statuses: correct, wrong, not attempted, missing (no answer variable
 after the run), unreadable, no submission (a student on the key's roster with no notebook).
 
-Running student code is running untrusted code: these limits stop accidents and loops, not
-an attacker. Run the grader in a container with no network and no secrets (book/instructor.md).
+Each notebook's worker and kernel run in a bubblewrap sandbox (``bwrap``, Debian's
+``bubblewrap``; the grader refuses to run without it and says how to install it): every
+namespace unshared (no network; its own process IDs, so every process it starts, a daemon
+too, dies with it), killed with the grader, an empty environment, the system and Python
+read-only, a read-only copy of this package (its SHA-256 in summary.md), a private /tmp,
+and one writable folder holding its own copy of the notebook and the answers file. The
+class folder, the grading output, other submissions, the checkout with its solutions and
+the secret are not mounted. The answers file is read without following links, at most 8
+MiB, and only as answers: every verdict but a mesh program's is made here.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -67,6 +75,7 @@ from pathlib import Path
 
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
+           "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
@@ -453,9 +462,13 @@ def _run_once(nb, spec: dict, skip: set, kernels: Path, log) -> dict:
 
 
 def _worker(spec_path: str) -> int:
+    import resource
+
     import nbformat
 
     spec = json.loads(Path(spec_path).read_text())
+    if spec["memory"] > 0:       # the outputs it collects: a flood of prints ends here
+        resource.setrlimit(resource.RLIMIT_AS, (spec["memory"], spec["memory"]))
     nb = nbformat.read(spec["notebook"], as_version=4)
     for cell in nb.cells:                  # stored outputs are never used
         if cell.cell_type == "code":
@@ -487,6 +500,7 @@ class Grade:
     notes: list = field(default_factory=list)      # what went wrong in the run
     points: dict = field(default_factory=dict)     # exercise id -> points earned
     seconds: float = 0.0
+    package_hash: str = ""                         # SHA-256 of the package that graded it
 
     @property
     def total(self) -> float:
@@ -568,15 +582,19 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                                       f"the run (renamed, deleted, or its cell failed).")
             continue
         variant = draw_variant(item.id, secret, grade.student) if item.variant else None
+        how = _how(item.id)[0]
         with _lenient_hints():
-            if "result" in rec:       # checked in the student's kernel (mesh programs)
+            if how == "kernel":       # checked in the student's kernel (mesh programs)
+                if "result" not in rec:
+                    rec = {"result": ["wrong", "the check's result could not be read."]}
                 status, message = (list(rec["result"]) + ["", ""])[:2]
                 result = Result(item.id, str(status), f"{message} (checked in your kernel)")
-            elif "calls" in rec:
-                how, cases = _how(item.id)
-                result = evaluate(item.id, _replay(rec["calls"], cases, rec.get("stub", False)),
+            elif how == "function":   # the answers the student's function gave, judged here
+                cases = _how(item.id)[1]
+                calls = rec.get("calls") if isinstance(rec.get("calls"), list) else []
+                result = evaluate(item.id, _replay(calls, cases, bool(rec.get("stub", False))),
                                   variant=variant)
-            else:
+            else:                     # a value, judged here; a "result" line is ignored
                 result = evaluate(item.id, decode(rec.get("value")), variant=variant)
         if result.status not in ("correct", "wrong", "not attempted"):
             result = Result(item.id, "wrong", "the check's result could not be read.")
@@ -617,11 +635,108 @@ def _notes_from_report(report: dict, nb) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------------------------------
+# The sandbox: each notebook's worker and kernel run in bubblewrap
+# ------------------------------------------------------------------------------------------
+class SandboxMissing(RuntimeError):
+    """bubblewrap (``bwrap``) is not installed: the grader refuses to run student code."""
+
+
+INSTALL_BWRAP = "sudo apt-get install bubblewrap   (Debian/Ubuntu; other systems: bubblewrap)"
+
+
+def bwrap_path() -> str:
+    """The ``bwrap`` executable, or SandboxMissing with the command to install it."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        raise SandboxMissing("the grader runs every notebook in a bubblewrap sandbox, and "
+                             f"`bwrap` is not installed: {INSTALL_BWRAP}")
+    return exe
+
+
+def package_copy(dest: Path) -> tuple[Path, str]:
+    """A read-only copy of the installed ``scalebook`` package under ``dest`` (the folder
+    to put on the sandbox's PYTHONPATH) and the SHA-256 of its files, so that nothing a
+    submission does to the checkout changes what grades the next one."""
+    src = Path(__file__).resolve().parent
+    pkg = dest / "scalebook"
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*")):
+        if f.is_file():
+            h.update(str(f.relative_to(dest)).encode() + b"\0" + f.read_bytes())
+    for f in sorted(pkg.rglob("*"), reverse=True):
+        f.chmod(0o555 if f.is_dir() else 0o444)
+    pkg.chmod(0o555)
+    return dest, h.hexdigest()
+
+
+_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+                "PYDEVD_DISABLE_FILE_VALIDATION": "1", "JUPYTER_PLATFORM_DIRS": "1",
+                "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def sandbox_argv(box: Path, pkg_root: Path, argv: list[str]) -> list[str]:
+    """``bwrap`` around ``argv``: every namespace unshared (no network, its own PIDs: the
+    whole process tree dies with the worker), dies with the grader, a new session (no
+    terminal), an empty environment but for a few settings, the system and Python read-only,
+    the package copy read-only, a private /tmp, and one writable folder, ``box`` (this
+    notebook's copy, its scratch and its answers). Nothing else of the host is mounted: no
+    checkout, no other submission, no references, no secret."""
+    ro = []
+    for d in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc"):
+        if os.path.exists(d):
+            ro += ["--ro-bind", d, d]
+    for d in sorted({sys.base_prefix, sys.prefix, sys.exec_prefix}):
+        if not any(d == x or d.startswith(x + "/") for x in ("/usr", "/bin", "/lib")):
+            ro += ["--ro-bind", d, d]
+    env = []
+    for k, v in {**_SANDBOX_ENV, "PYTHONPATH": str(pkg_root)}.items():
+        env += ["--setenv", k, v]
+    for k, v in os.environ.items():        # JAX and XLA settings, never the secret
+        if k.startswith(("JAX_", "XLA_")) and "SECRET" not in k:
+            env += ["--setenv", k, v]
+    return ([bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
+             "--clearenv", *env, *ro, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+             "--ro-bind", str(pkg_root), str(pkg_root),       # after /tmp: not hidden by it
+             "--bind", str(box), str(box), "--chdir", str(box / "cwd"), "--"] + argv)
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+_BOX_READ_LIMIT = 8 * 2**20
+
+
+def _read_box_text(path: Path, limit: int = _BOX_READ_LIMIT) -> str:
+    """A file the sandbox wrote: opened without following a link, a regular file only,
+    at most ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        return f.read(limit).decode("utf-8", "replace")
+
+
+def _read_box_json(path: Path):
+    try:
+        value = json.loads(_read_box_text(path) or "null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def nbformat_dumps(nb) -> str:
+    import nbformat
+
+    return nbformat.writes(nb)
 
 
 def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workdir: Path,
@@ -646,50 +761,44 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
         grade.notes.append(f"the notebook was made for student {claimed!r} but was handed in as "
                            f"{sub.student!r}; graded as {sub.student!r} (its variants).")
     tmp = Path(tempfile.mkdtemp(prefix="nb-", dir=workdir))
-    cwd = tmp / "cwd"
-    cwd.mkdir()
-    records, collector = tmp / "records.jsonl", tmp / "collector.py"
-    collector.write_text(collector_source(key, records, opts["call_limit"]))
-    spec = {"notebook": str(sub.path), "records": str(records), "collector": str(collector),
-            "report": str(tmp / "report.json"), "kernel_pid": str(tmp / "kernel.pid"),
-            "tmp": str(tmp), "cwd": str(cwd), "log": str(logdir / f"{sub.student}.log"),
+    box = tmp / "box"                   # the only folder the sandbox can write
+    cwd = box / "cwd"
+    cwd.mkdir(parents=True)
+    notebook = box / "submission.ipynb"           # its own copy: never the class folder
+    notebook.write_text(nbformat_dumps(nb))
+    records = box / "records.jsonl"
+    (box / "collector.py").write_text(collector_source(key, records, opts["call_limit"]))
+    spec = {"notebook": str(notebook), "records": str(records),
+            "collector": str(box / "collector.py"), "report": str(box / "report.json"),
+            "kernel_pid": str(box / "kernel.pid"), "tmp": str(box), "cwd": str(cwd),
+            "log": str(box / "worker.log"),
             "time_limit": opts["time_limit"], "cell_timeout": opts["cell_timeout"],
             "reserve": opts["reserve"], "memory": opts["memory"], "cpu": opts["time_limit"],
             "started": t0}
-    (tmp / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env.pop("SCALEBOOK_STRICT_HINTS", None)
-    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    (box / "spec.json").write_text(json.dumps(spec))
+    argv = sandbox_argv(box, opts["pkg_root"], [sys.executable, "-m", "scalebook.grade",
+                                                "--worker", str(box / "spec.json")])
     with open(logdir / f"{sub.student}.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "scalebook.grade", "--worker",
-                                 str(tmp / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=tmp, env=dict(_SANDBOX_ENV),
+                                start_new_session=True)
         try:
             proc.wait(timeout=opts["time_limit"] + 30)
         except subprocess.TimeoutExpired:
             grade.notes.append(f"the notebook ran past the time limit of {opts['time_limit']} s "
                                f"and was stopped.")
-            _kill_group(proc.pid)
+            _kill_group(proc.pid)      # bwrap: its PID namespace, every process in it, ends
             proc.wait()
-    kpid = tmp / "kernel.pid"
-    if kpid.exists():               # the kernel runs in its own session: end it if it lingers
-        try:
-            pid = int(kpid.read_text())
-            os.kill(pid, 0)
-            _kill_group(pid)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
-    report = {}
-    if (tmp / "report.json").exists():
-        report = json.loads((tmp / "report.json").read_text())
+        log.write(_read_box_text(box / "worker.log", 2**20))
+    report = _read_box_json(box / "report.json")
+    if report is not None:
         grade.notes += _notes_from_report(report, nb)
     elif proc.returncode not in (0, -9, None):
         grade.notes.append(f"the grader's worker failed (exit {proc.returncode}); see "
                            f"logs/{sub.student}.log")
     recs = {}
     known = {i.id for i in key.items}
-    for line in records.read_text().splitlines() if records.exists() else []:
+    for line in _read_box_text(records).splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
@@ -738,6 +847,7 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
                          "(--secret-file or SCALEBOOK_SECRET)")
     if key.varied and key.secret_check and secret_check(secret) != key.secret_check:
         raise ValueError("the secret does not match the one the assignment was made with")
+    bwrap_path()                        # refuse, with the command, rather than run unboxed
     jobs = jobs or len(os.sched_getaffinity(0))
     logdir.mkdir(parents=True, exist_ok=True)
     opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
@@ -747,6 +857,8 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
     bar = progress if progress is not None else _Progress(len(subs))
     with tempfile.TemporaryDirectory(prefix="scalebook-grade-") as work:
         work = Path(work)
+        (work / "pkg").mkdir()
+        opts["pkg_root"], opts["pkg_hash"] = package_copy(work / "pkg")
         with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             todo = {pool.submit(grade_one, s, key, secret, opts, work, logdir): s for s in subs}
             grades = []
@@ -758,9 +870,12 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
                     g = Grade(sub.student, sub.path, notes=[f"grader error: {type(e).__name__}: {e}"])
                     for item in key.items:
                         g.results[item.id], g.points[item.id] = (MISSING, "not graded."), 0.0
+                g.package_hash = opts["pkg_hash"]
                 grades.append(g)
                 if bar:
                     bar.step(g, len(key.items))
+        for f in (work / "pkg").rglob("*"):        # let the folder be removed
+            f.chmod(0o755 if f.is_dir() else 0o644)
     return sorted(grades, key=lambda g: g.student)
 
 
@@ -800,22 +915,39 @@ def _feedback(g: Grade, key: Key) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_no_follow(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, replacing a link planted there rather than following it."""
+    if path.is_symlink():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
 def write_outputs(grades: list[Grade], key: Key, out: Path) -> str:
-    """``grades.csv``, ``feedback/*.md``, ``summary.md`` under ``out``; returns the summary table."""
+    """``grades.csv``, ``feedback/*.md``, ``summary.md`` under ``out`` (links planted there
+    are replaced, never followed); returns the summary table."""
+    import io
+
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["student", "exercise", "status", "points"])
-        for g in grades:
-            for item in key.items:
-                w.writerow([g.student, item.id, g.results[item.id][0],
-                            _fmt_points(g.points[item.id])])
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", "exercise", "status", "points"])
+    for g in grades:
+        for item in key.items:
+            w.writerow([g.student, item.id, g.results[item.id][0],
+                        _fmt_points(g.points[item.id])])
+    _write_no_follow(out / "grades.csv", buf.getvalue())
     fb = out / "feedback"
+    if fb.is_symlink():
+        fb.unlink()
     fb.mkdir(exist_ok=True)
     for g in grades:
-        (fb / f"{g.student}.md").write_text(_feedback(g, key))
-    table = summary_table(grades, key)
-    (out / "summary.md").write_text(table + "\n")
+        _write_no_follow(fb / f"{g.student}.md", _feedback(g, key))
+    hashes = sorted({g.package_hash for g in grades if g.package_hash})
+    table = summary_table(grades, key) + "".join(
+        f"\n\ngraded with the scalebook package of sha256 {h}" for h in hashes)
+    _write_no_follow(out / "summary.md", table + "\n")
     return table
 
 
