@@ -1003,7 +1003,7 @@ def main(argv=None) -> int:
             grades = grade_submissions(subs, key, read_secret(args.secret_file), jobs=args.jobs,
                                        time_limit=args.time_limit, cell_timeout=args.cell_timeout,
                                        memory=args.memory, logdir=out / "logs")
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, SandboxMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     table = write_outputs(grades, key, out)

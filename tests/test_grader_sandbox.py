@@ -1,0 +1,202 @@
+"""Red team: submissions that attack the grader, graded in one class run next to an honest
+one. No attack may earn a point, change another row, touch a file outside its sandbox,
+outlive the grading, or read the secret (issue 24). Needs bubblewrap, as the grader does:
+CI installs it (.ci/run); elsewhere the test is skipped with the command to install it."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from scalebook import grade
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "notebooks" / "01_rooflines.ipynb"
+SOLUTIONS = ROOT / "solutions" / "01_rooflines.ipynb"
+
+if shutil.which("bwrap") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must install bubblewrap (.ci/run): the grader needs it")
+    pytest.skip(f"bubblewrap is not installed: {grade.INSTALL_BWRAP}", allow_module_level=True)
+
+
+def _notebook(*sources) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nbformat.writes(nb)
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("redteam")
+    token = f"redteam-{os.getpid()}-{int(time.time())}"
+    subs, out = tmp / "subs", tmp / "grading"
+    subs.mkdir()
+    host_note = tmp / "host-note.txt"
+    host_note.write_text(f"HOST-NOTE-{token}")
+    secret_file = tmp / "secret"
+    secret_file.write_text(f"FILE-SECRET-{token}")
+    core = ROOT / "scalebook" / "exercises" / "core.py"
+    core_before = core.read_bytes()
+    honest = subs / "honest.ipynb"
+    honest.write_bytes(SOLUTIONS.read_bytes())
+    marker = Path("/tmp") / f"daemon-{token}"
+    attacks = {
+        # a "result" line for every exercise, and answers it does not know, in the answers file
+        "forge": f"""
+import json, pathlib
+rec = pathlib.Path.cwd().parent / "records.jsonl"
+with open(rec, "a") as f:
+    for n in range(1, 12):
+        f.write(json.dumps({{"id": f"1.{{n}}", "result": ["correct", "forged"]}}) + "\\n")
+""",
+        # a daemon that outlives its kernel: double fork, setsid, then writes the grades
+        "daemon": f"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(4)
+        for p in ({str(out / 'grades.csv')!r}, {str(marker)!r}):
+            try:
+                open(p, "w").write("student,exercise,status,points\\ndaemon,1.1,correct,99\\n")
+            except Exception:
+                pass
+        time.sleep(60)
+    os._exit(0)
+""",
+        # overwrite the honest classmate's notebook and plant a link in the grading folder
+        "vandal": f"""
+import os
+for p in ({str(honest)!r}, {str(out / 'feedback' / 'honest.md')!r}):
+    try:
+        open(p, "w").write("{{}}")
+    except Exception as e:
+        print("could not:", type(e).__name__)
+try:
+    os.makedirs({str(out / 'feedback')!r}, exist_ok=True)
+    os.symlink({str(host_note)!r}, {str(out / 'feedback' / 'victim.md')!r})
+except Exception as e:
+    print("could not:", type(e).__name__)
+""",
+        # edit the package that checks the answers: the sandbox's copy and the checkout's
+        "backdoor": f"""
+import scalebook.exercises.core as core
+for p in (core.__file__, {str(core)!r}):
+    try:
+        open(p, "a").write("\\nevaluate = lambda *a, **k: None\\n")
+    except Exception as e:
+        print("could not:", type(e).__name__)
+""",
+        # read the secret from the environment, the command lines and the secret file, and
+        # hand it back as an answer (feedback echoes wrong answers)
+        "spy": f"""
+import os, glob
+found = [v for v in os.environ.values() if "SECRET" in v]
+for c in glob.glob("/proc/*/cmdline"):
+    try:
+        found.append(open(c, "rb").read().decode(errors="replace"))
+    except Exception:
+        pass
+for p in ({str(secret_file)!r}, {str(host_note)!r}):
+    try:
+        found.append(open(p).read())
+    except Exception:
+        pass
+answer_1_2 = " ".join(found)[:500]
+answer_1_11 = answer_1_2
+print(answer_1_2)
+raise RuntimeError(" ".join(x for x in found if "SECRET" in x or "NOTE" in x)[:150])
+""",
+        # replace the answers and report files with links to host files
+        "links": f"""
+import os, pathlib
+box = pathlib.Path.cwd().parent
+for name in ("records.jsonl", "report.json", "worker.log"):
+    try:
+        os.remove(box / name)
+    except Exception:
+        pass
+    os.symlink({str(host_note)!r}, box / name)
+""",
+    }
+    for name, src in attacks.items():
+        (subs / f"{name}.ipynb").write_text(_notebook(src))
+    env = dict(os.environ, SCALEBOOK_SECRET=f"ENV-SECRET-{token}")
+    t0 = time.time()
+    run = subprocess.run([os.sys.executable, "-m", "scalebook.grade", str(subs), "--key",
+                          str(CHAPTER), "--out", str(out), "--jobs", "2", "--time-limit", "120",
+                          "--cell-timeout", "30", "--secret-file", str(secret_file)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    seconds = time.time() - t0
+    time.sleep(6)                      # longer than the daemon waits before writing
+    return dict(run=run, out=out, token=token, marker=marker, honest=honest, core=core,
+                core_before=core_before, host_note=host_note, seconds=seconds)
+
+
+def _rows(out):
+    rows = {}
+    for line in (out / "grades.csv").read_text().splitlines()[1:]:
+        student, ex, status, points = line.split(",")
+        rows[(student, ex)] = (status, float(points))
+    return rows
+
+
+def test_the_honest_student_keeps_full_marks_and_no_attack_earns_a_point(attacked):
+    assert attacked["run"].returncode == 0, attacked["run"].stderr[-2000:]
+    rows = _rows(attacked["out"])
+    honest = [v for (s, _), v in rows.items() if s == "honest"]
+    assert len(honest) == 11 and all(status == "correct" for status, _ in honest)
+    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links"):
+        points = [p for (s, _), (_, p) in rows.items() if s == name]
+        assert len(points) == 11 and sum(points) == 0, name
+    assert {s for s, _ in rows} == {"honest", "forge", "daemon", "vandal", "backdoor", "spy",
+                                    "links"}
+
+
+def test_nothing_outside_the_sandbox_changed_and_nothing_outlived_it(attacked):
+    assert attacked["core"].read_bytes() == attacked["core_before"]
+    assert json.loads(attacked["honest"].read_text())["cells"]      # still the notebook
+    assert not attacked["marker"].exists()
+    assert "daemon,1.1,correct,99" not in (attacked["out"] / "grades.csv").read_text()
+    assert not (attacked["out"] / "feedback" / "victim.md").exists()
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert attacked["token"] not in ps
+
+
+def test_the_secret_and_host_files_never_reach_any_output(attacked):
+    token = attacked["token"]
+    texts = [attacked["run"].stdout, attacked["run"].stderr]
+    for f in attacked["out"].rglob("*"):
+        if f.is_file():
+            texts.append(f.read_text(errors="replace"))
+    for text in texts:
+        for leak in (f"ENV-SECRET-{token}", f"FILE-SECRET-{token}", f"HOST-NOTE-{token}"):
+            assert leak not in text
+
+
+def test_the_summary_names_the_package_that_graded(attacked):
+    summary = (attacked["out"] / "summary.md").read_text()
+    assert "graded with the scalebook package of sha256 " in summary
+
+
+def test_the_red_team_run_is_quick(attacked):
+    # 7 notebooks, 2 at a time: well under the two minutes the issue allows
+    assert attacked["seconds"] < 120
+
+
+def test_without_bwrap_the_grader_refuses(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(grade.shutil, "which", lambda name: None)
+    with pytest.raises(grade.SandboxMissing, match="apt-get install bubblewrap"):
+        grade.grade_submissions([], grade.load_key(CHAPTER), None, logdir=tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "alice.ipynb").write_bytes(SOLUTIONS.read_bytes())
+    assert grade.main([str(subs), "--key", str(CHAPTER), "--out", str(tmp_path / "o")]) == 2
+    assert "bwrap` is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "grades.csv").exists()          # nothing ran unboxed
