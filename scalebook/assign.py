@@ -198,7 +198,9 @@ def build_assignment(ids, out, *, title="Assignment", students=(), secret: bytes
     if len(set(ids)) != len(ids):
         raise ValueError("an exercise is listed twice")
     students = [str(s) for s in students]
-    bad = [s for s in students if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", s)]
+    # letters and digits of any script, then also . _ @ -: a file name on every system, and
+    # never a path (no /, no leading dot)
+    bad = [s for s in students if not re.fullmatch(r"[^\W_][\w.@-]{0,63}", s)]
     if bad:
         raise ValueError(f"student ids must be letters, digits and . _ @ - : {bad[:3]}")
     if len(set(students)) != len(students):

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 
 import nbformat
 import pytest
@@ -120,3 +121,49 @@ def test_assignment_errors(tmp_path):
     with pytest.raises(Exception, match="unknown exercise"):
         assign.build_assignment(["1.99"], tmp_path)
     assert assign.main(["1.1", "--out", str(tmp_path / "o"), "--student", "a"]) == 2
+
+
+def test_mixed_case_and_non_ascii_ids_round_trip(tmp_path):
+    """assign -> students answer their own variant -> grade: every id, whatever its case or
+    script, earns full marks with its own variant and none with another's. (Deriving the
+    seed from a lower-cased id would give Alice and alice one variant: caught here.)"""
+    roster = ["Alice", "alice", "Zoë", "Łukasz-2", "bob"]
+    key = assign.build_assignment(["1.1", "1.8"], tmp_path / "a", students=roster,
+                                  secret=SECRET)
+    answers = {s: get_exercise("1.1").with_variant(draw_variant("1.1", SECRET, s)).reference()
+               for s in roster}
+    assert len({round(a, 12) for a in answers.values()}) == len(roster)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    right_1_8 = get_exercise("1.8").reference()
+
+    def hand_in(student, as_who):
+        nb = nbformat.read(tmp_path / "a" / "students" / f"{student}.ipynb", as_version=4)
+        for c in nb.cells:
+            for name, value in (("answer_1_1", answers[student]), ("answer_1_8", right_1_8)):
+                if c.cell_type == "code" and c.source.startswith(f"{name} = ..."):
+                    c.source = c.source.replace(f"{name} = ...", f"{name} = {value!r}", 1)
+        nbformat.write(nb, subs / f"{as_who}.ipynb")
+
+    for s in roster:
+        hand_in(s, s)
+    out = tmp_path / "grading"
+    assert grade.main([str(subs), "--key", str(tmp_path / "a" / "key.json"), "--out", str(out),
+                       "--jobs", "2", "--secret-file", str(_secret_file(tmp_path))]) == 0
+    rows = (out / "grades.csv").read_text(encoding="utf-8").splitlines()[1:]
+    assert sorted(rows) == sorted(f"{s},{ex},correct,1" for s in roster for ex in ("1.1", "1.8"))
+    # Alice's notebook handed in as alice's: alice's variant, so 1.1 is wrong
+    shutil.rmtree(subs)
+    subs.mkdir()
+    hand_in("Alice", "alice")
+    out2 = tmp_path / "grading2"
+    assert grade.main([str(subs), "--key", str(tmp_path / "a" / "key.json"), "--out", str(out2),
+                       "--jobs", "1", "--secret-file", str(_secret_file(tmp_path))]) == 0
+    rows = (out2 / "grades.csv").read_text(encoding="utf-8").splitlines()[1:]
+    assert "alice,1.1,wrong,0" in rows and "alice,1.8,correct,1" in rows
+
+
+def _secret_file(tmp_path):
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    return f
