@@ -75,7 +75,7 @@ from pathlib import Path
 
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
-           "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy",
+           "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy", "match_roster",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
@@ -168,6 +168,42 @@ class Submission:
     student: str
     path: Path | None
     problem: str | None = None     # why it cannot be graded (set before running)
+    note: str | None = None        # said in the student's feedback (a roster match, ...)
+
+
+def match_roster(subs: list[Submission], roster: list[str]) -> tuple[list[Submission], list[str]]:
+    """Check the submissions against the key's roster. A notebook whose file name is not on
+    the roster ("Copy of alice.ipynb") but which was made for a roster student (the id
+    ``assign`` stores in it) who handed in nothing else is graded as that student, with a
+    note; one that matches nobody is graded under its file name, flagged. Returns the
+    submissions and the warnings to print."""
+    if not roster:
+        return subs, []
+    on = set(roster)
+    have = {s.student for s in subs}
+    out, warnings = [], []
+    for s in subs:
+        if s.student in on or s.path is None:
+            out.append(s)
+            continue
+        claimed = None
+        if s.problem is None:
+            nb, _ = read_notebook(s.path)
+            if nb is not None:
+                claimed = nb.metadata.get("scalebook", {}).get("student")
+        if isinstance(claimed, str) and claimed in on and claimed not in have:
+            have.add(claimed)
+            out.append(Submission(claimed, s.path, s.problem,
+                                  f"handed in as {s.student!r}; graded as {claimed!r}, the "
+                                  f"student it was made for."))
+            warnings.append(f"{s.path.name}: not on the roster; graded as {claimed!r} (the "
+                            f"student the notebook was made for)")
+        else:
+            out.append(Submission(s.student, s.path, s.problem,
+                                  f"{s.student!r} is not on the roster: graded with "
+                                  f"{s.student!r}'s variants, which nobody was given."))
+            warnings.append(f"{s.path.name}: {s.student!r} is not on the roster")
+    return out, warnings
 
 
 def _student_of(path: Path, root: Path) -> str:
@@ -756,8 +792,10 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
             grade.points[item.id] = 0.0
         grade.notes.append(why)
         return grade
+    if sub.note:
+        grade.notes.append(sub.note)
     claimed = nb.metadata.get("scalebook", {}).get("student")
-    if claimed is not None and str(claimed) != sub.student:
+    if claimed is not None and str(claimed) != sub.student and not sub.note:
         grade.notes.append(f"the notebook was made for student {claimed!r} but was handed in as "
                            f"{sub.student!r}; graded as {sub.student!r} (its variants).")
     tmp = Path(tempfile.mkdtemp(prefix="nb-", dir=workdir))
@@ -924,20 +962,46 @@ def _write_no_follow(path: Path, text: str) -> None:
         f.write(text)
 
 
-def write_outputs(grades: list[Grade], key: Key, out: Path) -> str:
-    """``grades.csv``, ``feedback/*.md``, ``summary.md`` under ``out`` (links planted there
-    are replaced, never followed); returns the summary table."""
+def _read_rows(path: Path) -> list[list[str]]:
+    if not path.is_file() or path.is_symlink():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))[1:]
+
+
+def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = False) -> str:
+    """``grades.csv`` (a row per student and exercise), ``gradebook.csv`` (a row per
+    student: total, maximum, points per exercise), ``feedback/*.md`` and ``summary.md``
+    under ``out`` (links planted there are replaced, never followed); returns the summary
+    table. ``keep_others``: keep the rows an earlier run wrote for students not graded in
+    this one (``--only``)."""
     import io
 
     out.mkdir(parents=True, exist_ok=True)
+    graded = {g.student for g in grades}
+    rows = [[g.student, item.id, g.results[item.id][0], _fmt_points(g.points[item.id])]
+            for g in grades for item in key.items]
+    if keep_others:
+        rows += [r for r in _read_rows(out / "grades.csv") if len(r) == 4 and r[0] not in graded]
+    rows.sort(key=lambda r: (r[0], [i.id for i in key.items].index(r[1])
+                             if r[1] in {i.id for i in key.items} else 1e9))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["student", "exercise", "status", "points"])
-    for g in grades:
-        for item in key.items:
-            w.writerow([g.student, item.id, g.results[item.id][0],
-                        _fmt_points(g.points[item.id])])
+    w.writerows(rows)
     _write_no_follow(out / "grades.csv", buf.getvalue())
+    book = io.StringIO()
+    w = csv.writer(book, lineterminator="\n")
+    ids = [i.id for i in key.items]
+    w.writerow(["student", "total", "max"] + ids)
+    maximum = _fmt_points(sum(i.points for i in key.items))
+    per: dict[str, dict[str, str]] = {}
+    for student, ex, _, points in rows:
+        per.setdefault(student, {})[ex] = points
+    for student, pts in per.items():
+        total = sum(float(pts.get(i, 0) or 0) for i in ids)
+        w.writerow([student, _fmt_points(total), maximum] + [pts.get(i, "") for i in ids])
+    _write_no_follow(out / "gradebook.csv", book.getvalue())
     fb = out / "feedback"
     if fb.is_symlink():
         fb.unlink()
@@ -986,16 +1050,29 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=60, help="seconds per cell (60)")
     parser.add_argument("--memory", type=parse_size, default=parse_size("4GiB"),
                         help="memory limit of each kernel (4GiB)")
+    parser.add_argument("--only", help="regrade these students only (comma-separated ids); "
+                                       "the other rows of --out are kept")
     args = parser.parse_args(argv)
     try:
         key = load_key(args.key)
         apply_points(key, args.points)
         out = Path(args.out)
         with tempfile.TemporaryDirectory(prefix="scalebook-subs-") as unzip:
-            subs = find_submissions(args.paths, Path(unzip))
+            subs, warnings = match_roster(find_submissions(args.paths, Path(unzip)),
+                                          key.students)
             have = {s.student for s in subs}
             subs += [Submission(s, None) for s in key.students if s not in have]
+            only = None
+            if args.only:
+                only = {x.strip() for x in args.only.split(",") if x.strip()}
+                unknown = only - {s.student for s in subs}
+                if unknown:
+                    raise ValueError(f"--only names students with no notebook and not on the "
+                                     f"roster: {', '.join(sorted(unknown))}")
+                subs = [s for s in subs if s.student in only]
             subs.sort(key=lambda s: s.student)
+            for w in warnings:
+                print(f"warning: {w}", file=sys.stderr)
             if not subs:
                 print("no notebooks found", file=sys.stderr)
                 return 2
@@ -1006,7 +1083,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError, SandboxMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    table = write_outputs(grades, key, out)
+    table = write_outputs(grades, key, out, keep_others=only is not None)
     print(f"\n{len(grades)} notebooks graded in {time.time() - t0:.0f} s; results in {out}/ "
           f"(grades.csv, feedback/, summary.md)\n")
     print(table)

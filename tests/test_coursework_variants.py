@@ -167,3 +167,55 @@ def _secret_file(tmp_path):
     f = tmp_path / "secret"
     f.write_bytes(SECRET)
     return f
+
+
+def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
+    """A misnamed copy is graded as the roster student it was made for; an off-roster file
+    is flagged; gradebook.csv has a row per student; --only regrades one student and keeps
+    every other row."""
+    roster = ["alice", "bob"]
+    assign.build_assignment(["1.1", "1.8"], tmp_path / "a", students=roster, secret=SECRET)
+    key = tmp_path / "a" / "key.json"
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    right = {s: get_exercise("1.1").with_variant(draw_variant("1.1", SECRET, s)).reference()
+             for s in roster}
+
+    def answered(student):
+        nb = nbformat.read(tmp_path / "a" / "students" / f"{student}.ipynb", as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "code" and c.source.startswith("answer_1_1 = ..."):
+                c.source = c.source.replace("answer_1_1 = ...", f"answer_1_1 = {right[student]!r}")
+        return nb
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(answered("alice"), subs / "Copy of alice.ipynb")
+    stray = nbformat.v4.new_notebook()
+    stray.cells = [nbformat.v4.new_code_cell("answer_1_1 = 1.0")]
+    nbformat.write(stray, subs / "mallory.ipynb")
+    out = tmp_path / "grading"
+    args = [str(subs), "--key", str(key), "--out", str(out), "--secret-file", str(secret),
+            "--jobs", "2"]
+    assert grade.main(args) == 0
+    err = capsys.readouterr().err
+    assert "Copy of alice.ipynb: not on the roster; graded as 'alice'" in err
+    assert "'mallory' is not on the roster" in err
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert "alice,1.1,correct,1" in rows and "bob,1.1,no submission,0" in rows
+    assert "mallory,1.1,wrong,0" in rows
+    assert "graded as 'alice', the student it was made for" in (out / "feedback" / "alice.md").read_text()
+    book = (out / "gradebook.csv").read_text().splitlines()
+    assert book[0] == "student,total,max,1.1,1.8"
+    assert "alice,1,2,1,0" in book and "bob,0,2,0,0" in book
+    # bob hands in late: regrade bob only; alice's and mallory's rows and feedback stay
+    alice_feedback = (out / "feedback" / "alice.md").read_text()
+    nbformat.write(answered("bob"), subs / "bob.ipynb")
+    (subs / "Copy of alice.ipynb").unlink()            # even if alice's file is gone now
+    assert grade.main(args + ["--only", "bob"]) == 0
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert "bob,1.1,correct,1" in rows and "alice,1.1,correct,1" in rows
+    assert "mallory,1.1,wrong,0" in rows
+    assert (out / "feedback" / "alice.md").read_text() == alice_feedback
+    assert "bob,1,2,1,0" in (out / "gradebook.csv").read_text().splitlines()
+    assert grade.main(args + ["--only", "zed"]) == 2
