@@ -438,7 +438,17 @@ def _run_once(nb, spec: dict, skip: set, kernels: Path, log) -> dict:
     deadline = spec["started"] + spec["time_limit"] - spec["reserve"]
     ksm = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
     km = AsyncKernelManager(kernel_name="scalebook-grader", kernel_spec_manager=ksm)
-    client = NotebookClient(nb, km=km, timeout=spec["cell_timeout"], allow_errors=True,
+
+    class ErrorsOnly(NotebookClient):
+        """Keeps a cell's errors, the only output the grader reads: a flood of prints is
+        dropped as it arrives instead of piling up in this process."""
+
+        def output(self, outs, msg, display_id, cell_index):
+            if msg.get("msg_type") != "error":
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+    client = ErrorsOnly(nb, km=km, timeout=spec["cell_timeout"], allow_errors=True,
                             interrupt_on_timeout=True, startup_timeout=120,
                             error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": "", "traceback": []},
                             resources={"metadata": {"path": spec["cwd"]}})

@@ -113,6 +113,13 @@ answer_1_11 = answer_1_2
 print(answer_1_2)
 raise RuntimeError(" ".join(x for x in found if "SECRET" in x or "NOTE" in x)[:150])
 """,
+        # a flood of output: 400 MB printed, which the grader must not hold
+        "flood": """
+import sys
+chunk = "x" * (50 * 2**20)
+for _ in range(8):
+    sys.stdout.write(chunk)
+""",
         # replace the answers and report files with links to host files
         "links": f"""
 import os, pathlib
@@ -152,11 +159,11 @@ def test_the_honest_student_keeps_full_marks_and_no_attack_earns_a_point(attacke
     rows = _rows(attacked["out"])
     honest = [v for (s, _), v in rows.items() if s == "honest"]
     assert len(honest) == 11 and all(status == "correct" for status, _ in honest)
-    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links"):
+    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links", "flood"):
         points = [p for (s, _), (_, p) in rows.items() if s == name]
         assert len(points) == 11 and sum(points) == 0, name
     assert {s for s, _ in rows} == {"honest", "forge", "daemon", "vandal", "backdoor", "spy",
-                                    "links"}
+                                    "links", "flood"}
 
 
 def test_nothing_outside_the_sandbox_changed_and_nothing_outlived_it(attacked):
@@ -186,7 +193,7 @@ def test_the_summary_names_the_package_that_graded(attacked):
 
 
 def test_the_red_team_run_is_quick(attacked):
-    # 7 notebooks, 2 at a time: well under the two minutes the issue allows
+    # 8 notebooks, 2 at a time: well under the two minutes the issue allows
     assert attacked["seconds"] < 120
 
 
