@@ -73,6 +73,13 @@ def test_the_sources_of_the_real_book_show_no_solution(tmp_path):
     nb = json.loads((dest / "notebooks" / "01_rooflines.ipynb").read_text())
     text = json.dumps(nb)
     assert "course/student-book" in text and "scalebook-authors/scalebook" not in text
+    # its own README (no solutions folder, no instructor's guide, no build of the full book),
+    # and no link to the full edition's PDF
+    readme = (dest / "README.md").read_text()
+    assert "student edition" in readme and "solutions/" not in readme
+    assert "instructor.md" not in readme and "tasks.py" not in readme
+    assert "scalebook.pdf" not in (dest / "book" / "intro.md").read_text()
+    assert "scalebook.pdf" in (ROOT / "book" / "intro.md").read_text()
 
 
 def test_a_link_the_tool_does_not_know_is_found_afterwards(tmp_path):

@@ -51,9 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTOR_PAGES = ("book/instructor",)
 # What the student edition is made of (solutions/, tests/ and tools other than the site's
 # extensions stay behind).
-COPY = ("_config.yml", "pyproject.toml", "requirements.in", "requirements.lock", "README.md",
+COPY = ("_config.yml", "pyproject.toml", "requirements.in", "requirements.lock",
         "book", "notebooks", "scalebook", "tools/exercise_cells.py", "tools/site_fixes.py",
-        "tools/site_static")
+        "tools/site_static")                     # README.md: a student one is written
 
 _INSTRUCTOR_BLOCK = re.compile(r"[ \t]*<!-- instructor -->.*?<!-- /instructor -->[ \t]*\n?",
                                re.S)
@@ -83,11 +83,40 @@ def rewrite_repository(text: str, repo_from: str | None, repo_to: str | None) ->
     return text
 
 
+_PDF_LINK = re.compile(r'[ \t]*<span class="pdf-link">.*?</span>[ \t]*\n?', re.S)
+
+
 def strip_text(text: str) -> str:
-    """Markdown without its instructor-only blocks and its sentences that link to solutions."""
+    """Markdown without its instructor-only blocks, its sentences that link to solutions,
+    and the link to the full edition's PDF (the student edition has none)."""
     text = _INSTRUCTOR_BLOCK.sub("", text)
     text = _SOLUTION_SENTENCE.sub("", text)
+    text = _PDF_LINK.sub("", text)
     return re.sub(r"[ \t]+\n", "\n", text)
+
+
+STUDENT_README = """# {title}: the student edition
+
+This is the student edition of the book: every chapter, with its explanations, code,
+figures and exercises, and the book's Python package `scalebook`, which checks your answers
+as you go. The worked solutions are not part of it.
+
+Read it as a website (your course gives the address), or run a chapter in Colab: open its
+notebook from `notebooks/` (each chapter page has an "Open in Colab" badge), then
+*Runtime > Run all*; the first cell installs `scalebook`. Each exercise ends with a cell
+like `check("1.3", answer_1_3)` that says whether your answer is right and, if not, gives a
+hint. An assignment your instructor hands out is a notebook of its own, with your own
+numbers; hand in the `.ipynb` file as you are told.
+
+To run it on your own machine (Python 3.12):
+
+```bash
+python3.12 -m venv .venv
+.venv/bin/pip install --require-hashes -r requirements.lock
+.venv/bin/pip install --no-deps -e .
+.venv/bin/jupyter lab notebooks/
+```
+"""
 
 
 def _source(cell) -> str:
@@ -188,6 +217,8 @@ def make_sources(root: Path, dest: Path, repository: str | None = None) -> list[
             else:
                 shutil.copy2(f, out)
             written.append(out)
+    title = yaml.safe_load(config).get("title", "The book")
+    (dest / "README.md").write_text(STUDENT_README.format(title=title))
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     (dest / "_toc.yml").write_text("# The student edition's table of contents (no solutions; "
                                    "written by tools/student_edition.py).\n"
@@ -207,7 +238,7 @@ def leftovers(dest: Path) -> list[str]:
         found.append("_build/html/solutions/ pages")
     for f in sorted(dest.rglob("*")):
         if not f.is_file() or f.suffix not in (".md", ".ipynb", ".html", ".yml") \
-                or f.name in ("README.md",) or "_sources" in f.parts:
+                or "_sources" in f.parts:
             continue
         text = f.read_text(errors="replace")
         if f.suffix == ".html":
