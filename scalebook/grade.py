@@ -742,9 +742,11 @@ def sandbox_argv(box: Path, pkg_root: Path, argv: list[str]) -> list[str]:
     for k, v in os.environ.items():        # JAX and XLA settings, never the secret
         if k.startswith(("JAX_", "XLA_")) and "SECRET" not in k:
             env += ["--setenv", k, v]
+    # /tmp first: a bind made before it under /tmp (a venv, the package copy, the box)
+    # would be hidden by it
     return ([bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
-             "--clearenv", *env, *ro, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-             "--ro-bind", str(pkg_root), str(pkg_root),       # after /tmp: not hidden by it
+             "--clearenv", *env, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *ro,
+             "--ro-bind", str(pkg_root), str(pkg_root),
              "--bind", str(box), str(box), "--chdir", str(box / "cwd"), "--"] + argv)
 
 
