@@ -958,11 +958,18 @@ def _feedback(g: Grade, key: Key) -> str:
     lines += ["| exercise | status | points | message |", "|:---|:---|---:|:---|"]
     for item in key.items:
         status, message = g.results[item.id]
-        message = message.replace("|", "\\|").replace("\n", " ")
+        message = message.replace("|", "\\|").replace("\n", " ")[:_MESSAGE_CHARS]
         lines.append(f"| {item.id} | {status} | {_fmt_points(g.points[item.id])} | {message} |")
     if g.notes:
-        lines += ["", "What happened in the run:", ""] + [f"* {n}" for n in g.notes]
+        notes = [f"* {n[:_MESSAGE_CHARS]}" for n in g.notes[:_NOTES_KEPT]]
+        if len(g.notes) > _NOTES_KEPT:
+            notes.append(f"* ... and {len(g.notes) - _NOTES_KEPT} more (logs/{g.student}.log)")
+        lines += ["", "What happened in the run:", ""] + notes
     return "\n".join(lines) + "\n"
+
+
+# What a notebook can get quoted back in its feedback: bounded, whatever it raises or prints.
+_MESSAGE_CHARS, _NOTES_KEPT = 500, 20
 
 
 def _write_no_follow(path: Path, text: str) -> None:

@@ -128,3 +128,13 @@ def test_the_chapter_solutions_get_full_marks_against_the_chapter_key(tmp_path):
     assert rows[0] == "student,exercise,status,points"
     assert rows[1:] == [f"model-student,1.{n},correct,{2 if n == 9 else 1}" for n in range(1, 12)]
     assert "12 of 12 points" in (out / "feedback" / "model-student.md").read_text()
+
+
+def test_feedback_quotes_are_bounded():
+    key = grade.load_key(CHAPTER)
+    g = grade.Grade("mallory", None)
+    for item in key.items:
+        g.results[item.id], g.points[item.id] = ("wrong", "x" * 5000), 0.0
+    g.notes = [f"cell {n} raised ValueError: " + "y" * 5000 for n in range(100)]
+    text = grade._feedback(g, key)
+    assert len(text) < 30_000 and "... and 80 more" in text
