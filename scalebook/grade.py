@@ -547,6 +547,7 @@ class Grade:
     points: dict = field(default_factory=dict)     # exercise id -> points earned
     seconds: float = 0.0
     package_hash: str = ""                         # SHA-256 of the package that graded it
+    answers: dict = field(default_factory=dict)    # exercise id -> the answer, shown short
 
     @property
     def total(self) -> float:
@@ -636,17 +637,46 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                 status, message = (list(rec["result"]) + ["", ""])[:2]
                 result = Result(item.id, str(status), f"{message} (checked in your kernel)")
             elif how == "function":   # the answers the student's function gave, judged here
+                grade.answers[item.id] = "a function"
                 cases = _how(item.id)[1]
                 calls = rec.get("calls") if isinstance(rec.get("calls"), list) else []
                 result = evaluate(item.id, _replay(calls, cases, bool(rec.get("stub", False))),
                                   variant=variant)
             else:                     # a value, judged here; a "result" line is ignored
-                result = evaluate(item.id, decode(rec.get("value")), variant=variant)
+                value = decode(rec.get("value"))
+                grade.answers[item.id] = _short(value)
+                result = evaluate(item.id, value, variant=variant)
         if result.status not in ("correct", "wrong", "not attempted"):
             result = Result(item.id, "wrong", "the check's result could not be read.")
         grade.results[item.id] = (result.status, result.message)
     for item in key.items:
         grade.points[item.id] = item.points if grade.results[item.id][0] == CORRECT else 0.0
+
+
+def _short(value) -> str:
+    """An answer as the feedback shows it: at most 60 characters."""
+    if value is Ellipsis:
+        return "..."
+    text = repr(value) if not isinstance(value, _Opaque) else f"a {value!r}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _expected_form(ex_id: str) -> str:
+    """What kind of answer an exercise wants (never its value)."""
+    from .exercises import get_exercise
+    from .exercises.kinds import ChoiceExercise, CodeExercise, NumericExercise
+
+    try:
+        ex = get_exercise(ex_id)
+    except Exception:
+        return ""
+    if isinstance(ex, ChoiceExercise):
+        return "one of " + ", ".join(repr(c) for c in ex.choices)
+    if isinstance(ex, NumericExercise):
+        return f"a number ({ex.unit})" if ex.unit else "a number"
+    if isinstance(ex, CodeExercise):
+        return "a function"
+    return "a function (a program on the mesh)"
 
 
 def _notes_from_report(report: dict, nb) -> list[str]:
@@ -955,11 +985,14 @@ def _feedback(g: Grade, key: Key) -> str:
              f"{_fmt_points(possible)} points.", ""]
     if g.path is not None:
         lines += [f"Graded by re-running `{g.path.name}` from the top in a fresh kernel.", ""]
-    lines += ["| exercise | status | points | message |", "|:---|:---|---:|:---|"]
+    lines += ["| exercise | status | points | your answer | expected | message |",
+              "|:---|:---|---:|:---|:---|:---|"]
     for item in key.items:
-        status, message = g.results[item.id]
-        message = message.replace("|", "\\|").replace("\n", " ")[:_MESSAGE_CHARS]
-        lines.append(f"| {item.id} | {status} | {_fmt_points(g.points[item.id])} | {message} |")
+        cells = [g.results[item.id][1][:_MESSAGE_CHARS], g.answers.get(item.id, ""),
+                 _expected_form(item.id)]
+        message, answer, form = (c.replace("|", "\\|").replace("\n", " ") for c in cells)
+        lines.append(f"| {item.id} | {g.results[item.id][0]} | "
+                     f"{_fmt_points(g.points[item.id])} | {answer} | {form} | {message} |")
     if g.notes:
         notes = [f"* {n[:_MESSAGE_CHARS]}" for n in g.notes[:_NOTES_KEPT]]
         if len(g.notes) > _NOTES_KEPT:
@@ -970,6 +1003,31 @@ def _feedback(g: Grade, key: Key) -> str:
 
 # What a notebook can get quoted back in its feedback: bounded, whatever it raises or prints.
 _MESSAGE_CHARS, _NOTES_KEPT = 500, 20
+
+
+def _feedback_html(g: Grade, key: Key) -> str:
+    """The same feedback as a page a student can open: every text escaped."""
+    from html import escape
+
+    possible = sum(i.points for i in key.items)
+    rows = []
+    for item in key.items:
+        status, message = g.results[item.id]
+        cells = [item.id, status, _fmt_points(g.points[item.id]), g.answers.get(item.id, ""),
+                 _expected_form(item.id), message[:_MESSAGE_CHARS]]
+        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    notes = "".join(f"<li>{escape(n[:_MESSAGE_CHARS])}</li>" for n in g.notes[:_NOTES_KEPT])
+    title = escape(f"Feedback for {g.student}")
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}"
+            f"td,th{{border:1px solid #ccc;padding:.3em .5em;vertical-align:top}}"
+            f"table{{border-collapse:collapse}}</style></head><body>\n<h1>{title}</h1>\n"
+            f"<p>{escape(key.title + ': ' if key.title else '')}{_fmt_points(g.total)} of "
+            f"{_fmt_points(possible)} points.</p>\n<table><tr><th>exercise</th><th>status</th>"
+            f"<th>points</th><th>your answer</th><th>expected</th><th>message</th></tr>\n"
+            + "\n".join(rows) + "</table>\n"
+            + (f"<h2>What happened in the run</h2><ul>{notes}</ul>\n" if notes else "")
+            + "</body></html>\n")
 
 
 def _write_no_follow(path: Path, text: str) -> None:
@@ -1027,6 +1085,7 @@ def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = 
     fb.mkdir(exist_ok=True)
     for g in grades:
         _write_no_follow(fb / f"{g.student}.md", _feedback(g, key))
+        _write_no_follow(fb / f"{g.student}.html", _feedback_html(g, key))
     hashes = sorted({g.package_hash for g in grades if g.package_hash})
     table = summary_table(grades, key) + "".join(
         f"\n\ngraded with the scalebook package of sha256 {h}" for h in hashes)

@@ -138,3 +138,19 @@ def test_feedback_quotes_are_bounded():
     g.notes = [f"cell {n} raised ValueError: " + "y" * 5000 for n in range(100)]
     text = grade._feedback(g, key)
     assert len(text) < 30_000 and "... and 80 more" in text
+
+
+def test_feedback_shows_the_answer_the_expected_form_and_is_safe_html():
+    key = grade.load_key(CHAPTER)
+    g = grade.Grade("mallory", None)
+    for item in key.items:
+        g.results[item.id], g.points[item.id] = ("wrong", "not yet: <b>hint</b>"), 0.0
+    g.answers["1.8"] = grade._short("<script>alert(1)</script>")
+    g.answers["1.2"] = grade._short(0.25)
+    md = grade._feedback(g, key)
+    assert "| 1.2 | wrong | 0 | 0.25 | a number" in md
+    assert "one of 'memory'" in md or "one of" in md
+    html = grade._feedback_html(g, key)
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "&lt;b&gt;hint&lt;/b&gt;" in html
+    assert len(grade._short("x" * 500)) <= 60
