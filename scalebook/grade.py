@@ -548,6 +548,7 @@ class Grade:
     seconds: float = 0.0
     package_hash: str = ""                         # SHA-256 of the package that graded it
     answers: dict = field(default_factory=dict)    # exercise id -> the answer, shown short
+    partial: dict = field(default_factory=dict)    # exercise id -> share of test inputs right
 
     @property
     def total(self) -> float:
@@ -613,7 +614,22 @@ def _lenient_hints():
             os.environ["SCALEBOOK_STRICT_HINTS"] = old
 
 
-def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | None) -> None:
+def _passed_fraction(ex_id: str, fn, cases: list) -> float:
+    """The share of a code exercise's test inputs on which the recorded answers are right."""
+    from .exercises import get_exercise
+
+    ex, passed = get_exercise(ex_id), 0
+    for args in cases:
+        try:
+            got = fn(*args)
+            passed += bool(ex._equal(got, ex.reference(*args)))
+        except Exception:
+            pass
+    return passed / len(cases) if cases else 0.0
+
+
+def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | None,
+                      partial: bool = False) -> None:
     from .exercises import evaluate
     from .exercises.core import CORRECT, Result, draw_variant
 
@@ -640,8 +656,10 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                 grade.answers[item.id] = "a function"
                 cases = _how(item.id)[1]
                 calls = rec.get("calls") if isinstance(rec.get("calls"), list) else []
-                result = evaluate(item.id, _replay(calls, cases, bool(rec.get("stub", False))),
-                                  variant=variant)
+                replay = _replay(calls, cases, bool(rec.get("stub", False)))
+                result = evaluate(item.id, replay, variant=variant)
+                if partial and result.status == "wrong" and not rec.get("stub"):
+                    grade.partial[item.id] = _passed_fraction(item.id, replay, cases)
             else:                     # a value, judged here; a "result" line is ignored
                 value = decode(rec.get("value"))
                 grade.answers[item.id] = _short(value)
@@ -650,7 +668,10 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
             result = Result(item.id, "wrong", "the check's result could not be read.")
         grade.results[item.id] = (result.status, result.message)
     for item in key.items:
-        grade.points[item.id] = item.points if grade.results[item.id][0] == CORRECT else 0.0
+        if grade.results[item.id][0] == CORRECT:
+            grade.points[item.id] = item.points
+        else:                 # partial credit: the share of test inputs answered right
+            grade.points[item.id] = round(item.points * grade.partial.get(item.id, 0.0), 4)
 
 
 def _short(value) -> str:
@@ -885,7 +906,7 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
             continue
         if isinstance(rec, dict) and rec.get("id") in known and rec["id"] not in recs:
             recs[rec["id"]] = rec
-    _evaluate_records(grade, key, recs, secret)
+    _evaluate_records(grade, key, recs, secret, partial=opts.get("partial", False))
     shutil.rmtree(tmp, ignore_errors=True)
     grade.seconds = time.time() - t0
     return grade
@@ -920,7 +941,7 @@ class _Progress:
 def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = None, *,
                       jobs: int | None = None, time_limit: int = 300, cell_timeout: int = 60,
                       memory: int = 4 * 2**30, call_limit: float = 10.0, logdir: Path,
-                      progress=None) -> list[Grade]:
+                      progress=None, partial: bool = False) -> list[Grade]:
     """Grade every submission, ``jobs`` at a time (default: the cores this process may use)."""
     if key.varied and secret is None:
         raise ValueError("this key has exercises with variants: give the instructor's secret "
@@ -931,7 +952,8 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
     jobs = jobs or len(os.sched_getaffinity(0))
     logdir.mkdir(parents=True, exist_ok=True)
     opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
-            "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit}
+            "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit,
+            "partial": partial}
     for ex_id in (i.id for i in key.items):        # load the chapters' checks before forking
         _how(ex_id)
     bar = progress if progress is not None else _Progress(len(subs))
@@ -1130,6 +1152,8 @@ def main(argv=None) -> int:
                         help="memory limit of each kernel (4GiB)")
     parser.add_argument("--only", help="regrade these students only (comma-separated ids); "
                                        "the other rows of --out are kept")
+    parser.add_argument("--partial-credit", action="store_true",
+                        help="a code answer right on some test inputs earns that share")
     args = parser.parse_args(argv)
     try:
         key = load_key(args.key)
@@ -1157,7 +1181,8 @@ def main(argv=None) -> int:
             t0 = time.time()
             grades = grade_submissions(subs, key, read_secret(args.secret_file), jobs=args.jobs,
                                        time_limit=args.time_limit, cell_timeout=args.cell_timeout,
-                                       memory=args.memory, logdir=out / "logs")
+                                       memory=args.memory, logdir=out / "logs",
+                                       partial=args.partial_credit)
     except (FileNotFoundError, ValueError, SandboxMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

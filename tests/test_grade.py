@@ -154,3 +154,25 @@ def test_feedback_shows_the_answer_the_expected_form_and_is_safe_html():
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "&lt;b&gt;hint&lt;/b&gt;" in html
     assert len(grade._short("x" * 500)) <= 60
+
+
+def test_partial_credit_counts_the_test_inputs_answered_right():
+    from scalebook.exercises import get_exercise
+    from scalebook.grade import _how
+
+    key = grade.load_key(CHAPTER)
+    how, cases = _how("1.10")
+    assert how == "function" and len(cases) >= 3
+    ex = get_exercise("1.10")
+    right = [ex.reference(*c) for c in cases]
+    k = len(cases) - 1                         # right on all but the last input
+
+    def enc(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    calls = [{"value": enc(r)} for r in right[:k]] + [{"value": -1}]
+    for partial, want in ((False, 0.0), (True, round(k / len(cases), 4))):
+        g = grade.Grade("carol", None)
+        grade._evaluate_records(g, key, {"1.10": {"id": "1.10", "calls": calls}}, None,
+                                partial=partial)
+        assert g.results["1.10"][0] == "wrong" and g.points["1.10"] == want
