@@ -76,6 +76,7 @@ from pathlib import Path
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
            "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy", "match_roster",
+           "copy_report",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
@@ -549,6 +550,7 @@ class Grade:
     package_hash: str = ""                         # SHA-256 of the package that graded it
     answers: dict = field(default_factory=dict)    # exercise id -> the answer, shown short
     partial: dict = field(default_factory=dict)    # exercise id -> share of test inputs right
+    raw: dict = field(default_factory=dict)        # exercise id -> a number or string answer
 
     @property
     def total(self) -> float:
@@ -663,6 +665,8 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
             else:                     # a value, judged here; a "result" line is ignored
                 value = decode(rec.get("value"))
                 grade.answers[item.id] = _short(value)
+                if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                    grade.raw[item.id] = value
                 result = evaluate(item.id, value, variant=variant)
         if result.status not in ("correct", "wrong", "not attempted"):
             result = Result(item.id, "wrong", "the check's result could not be read.")
@@ -1052,6 +1056,55 @@ def _feedback_html(g: Grade, key: Key) -> str:
             + "</body></html>\n")
 
 
+def _same(a, b) -> bool:
+    import math
+
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
+    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+
+
+def copy_report(grades: list[Grade], key: Key, secret: bytes | None) -> str:
+    """Answers worth a second look, as Markdown: the same wrong answer from several students,
+    and an answer that is another student's variant's (re-derived from the secret) but not
+    the student's own. Neither proves copying; both are where to look."""
+    from .exercises import get_exercise
+    from .exercises.core import draw_variant
+
+    by = {g.student: g for g in grades}
+    lines = []
+    for item in key.items:
+        vals = {s: g.raw[item.id] for s, g in by.items() if item.id in g.raw}
+        wrong = [(s, v) for s, v in vals.items() if by[s].results[item.id][0] == "wrong"]
+        seen = []
+        for s, v in wrong:
+            group = [t for t, w in wrong if _same(v, w)]
+            if len(group) > 1 and group not in seen:
+                seen.append(group)
+                lines.append(f"| {item.id} | the same wrong answer, {_short(v)} | "
+                             f"{', '.join(sorted(group))} |")
+        if item.variant and secret:
+            ex = get_exercise(item.id)
+            refs = {}
+            for s in by:
+                try:
+                    refs[s] = ex.with_variant(draw_variant(item.id, secret, s)).reference()
+                except Exception:
+                    continue
+            for s, v in vals.items():
+                if s in refs and _same(v, refs[s]):
+                    continue
+                others = [t for t, r in refs.items() if t != s and _same(v, r)]
+                if others:
+                    lines.append(f"| {item.id} | {s}'s answer is the right one for "
+                                 f"{', '.join(sorted(others))}'s variant | {s} |")
+    head = ["# Answers worth a second look", "",
+            "Not proof of copying: where two answers agree more than chance suggests.", ""]
+    if not lines:
+        return "\n".join(head + ["Nothing found."]) + "\n"
+    return "\n".join(head + ["| exercise | what | students |", "|:---|:---|:---|"] + lines) + "\n"
+
+
 def _write_no_follow(path: Path, text: str) -> None:
     """Write ``text`` to ``path``, replacing a link planted there rather than following it."""
     if path.is_symlink():
@@ -1187,6 +1240,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     table = write_outputs(grades, key, out, keep_others=only is not None)
+    _write_no_follow(out / "copies.md", copy_report(grades, key, read_secret(args.secret_file)))
     print(f"\n{len(grades)} notebooks graded in {time.time() - t0:.0f} s; results in {out}/ "
           f"(grades.csv, feedback/, summary.md)\n")
     print(table)

@@ -219,3 +219,30 @@ def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     assert (out / "feedback" / "alice.md").read_text() == alice_feedback
     assert "bob,1,2,1,0" in (out / "gradebook.csv").read_text().splitlines()
     assert grade.main(args + ["--only", "zed"]) == 2
+
+
+def test_the_copy_report(tmp_path):
+    """copies.md lists an answer that is another student's variant's, and a wrong answer
+    several students share; the honest ones are not named."""
+    roster = ["carol", "dave", "erin", "frank"]
+    assign.build_assignment(["1.1"], tmp_path / "a", students=roster, secret=SECRET)
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    ref = {s: get_exercise("1.1").with_variant(draw_variant("1.1", SECRET, s)).reference()
+           for s in roster}
+    given = {"carol": ref["dave"], "dave": 1234.5, "erin": 1234.5, "frank": ref["frank"]}
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for s in roster:
+        nb = nbformat.read(tmp_path / "a" / "students" / f"{s}.ipynb", as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "code" and c.source.startswith("answer_1_1 = ..."):
+                c.source = c.source.replace("answer_1_1 = ...", f"answer_1_1 = {given[s]!r}")
+        nbformat.write(nb, subs / f"{s}.ipynb")
+    out = tmp_path / "grading"
+    assert grade.main([str(subs), "--key", str(tmp_path / "a" / "key.json"), "--out",
+                       str(out), "--secret-file", str(secret), "--jobs", "2"]) == 0
+    report = (out / "copies.md").read_text()
+    assert "carol's answer is the right one for dave's variant" in report
+    assert "the same wrong answer, 1234.5 | dave, erin" in report
+    assert "frank" not in report and SECRET.decode() not in report
