@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scalebook import collectives, serving
+from scalebook import collectives, inference, serving
 from scalebook.hardware import get_chip
 from scalebook.serving import InfeasibleError
 
@@ -368,7 +368,7 @@ def test_colocated_ceiling_by_hand():
     assert math.isclose(p.colocated_tokens_per_s,
                         1000 / (prefill + 1000 * p.step_time / p.batch), rel_tol=1e-9)
     # decode at the mean context, 1000 + 500 tokens (memory sized at 2000)
-    st = __import__("scalebook.inference", fromlist=["x"]).decode_step_time(
+    st = inference.decode_step_time(
         "llama3-70b", "gpu-h200", p.batch, 1500, 8, "fp8", "fp8", "fp8", check_memory=False)
     assert math.isclose(p.t_attn + p.t_mm, st.time, rel_tol=1e-12)
 
