@@ -135,11 +135,13 @@ def _answer_variable(block, ex_id: str) -> str:
     raise ValueError(f"exercise {ex_id} has no answer cell calling check(\"{ex_id}\", ...)")
 
 
-def _vary(block, ex_id: str, params: dict, text: str):
+def _vary(block, ex_id: str, params: dict, text: str, title: str = ""):
     """The block with the student's numbers in the statement and in the check."""
     block = copy.deepcopy(block)
     head = block[0]
     title_line = _first_line(head)
+    if title:                  # the variant's own title: "... on an A100", not the chapter's
+        title_line = title_line.partition(" · ")[0] + " · " + title
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
     head.source = (f"{title_line}\n\n{text}\n\n*Your variant: {shown}. These are your own "
                    f"numbers, not the chapter's; the grader uses them whatever this notebook "
@@ -231,7 +233,7 @@ def build_assignment(ids, out, *, title="Assignment", students=(), secret: bytes
             for i in sorted(varied, key=ids.index):
                 params = draw_variant(i, secret, s)
                 ex = exercises[i].with_variant(params)
-                own[i] = _vary(blocks[i], i, params, ex.text())
+                own[i] = _vary(blocks[i], i, params, ex.text(), ex.title_text())
                 answers.append(f"| {s} | {i} | {json.dumps(params)} | {ex.reference():.6g} |")
             nb = _notebook(title, s, ids, own, contexts, varied)
             nbformat.write(nb, out / "students" / f"{s}.ipynb")

@@ -37,6 +37,7 @@ def _model_words(model, projection, chip, **_):
     D, F = _proj_dims(model, projection)
     m = get_model(model)
     return {"chip_name": get_chip(chip).display_name, "D": D, "F": F,
+            "chip_short": chip.split("-", 1)[1].upper(),
             "model_name": getattr(m, "display_name", None) or model.replace("llama3-", "LLaMA-3 ").upper()
             .replace("LLAMA-3", "LLaMA-3")}
 
@@ -157,6 +158,7 @@ register(VariedNumericExercise(
             "chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")},
     solve=lambda model, projection, chip: rl.critical_batch(*_proj_dims(model, projection), chip),
     hints_for=_ex4_hints, valid=_batch_ok, describe=_model_words,
+    variant_title="Smallest compute-bound batch on an {chip_short}",
     statement="{model_name}'s {projection} projection multiplies $X[B, {D}]$ by $W[{D}, {F}]$ in "
               "bf16. What is the smallest whole number of tokens $B$ for which it is compute-bound "
               "on one {chip_name}? Count all three arrays' bytes. Answer in tokens.",

@@ -185,11 +185,13 @@ def draw_variant(exercise_id: Any, secret: bytes | str, student: str) -> dict | 
     return ex.draw(variant_seed(secret, student, ex.id))
 
 
-def evaluate(exercise_id: Any, answer: Any, variant: dict | None = None) -> Result:
+def evaluate(exercise_id: Any, answer: Any, variant: dict | None = None,
+             cases: list | None = None) -> Result:
     """Check ``answer`` and return a Result (never raises on the answer itself).
 
     ``variant`` (the parameters of an assignment's variant, a dict) checks the answer to
-    that variant of the exercise instead of the chapter's own numbers."""
+    that variant of the exercise instead of the chapter's own numbers. ``cases`` (code
+    exercises) checks a function on exactly these inputs: the grader's."""
     try:
         ex = get_exercise(exercise_id)
     except (UnknownNameError, TypeError) as e:
@@ -202,6 +204,8 @@ def evaluate(exercise_id: Any, answer: Any, variant: dict | None = None) -> Resu
             ex = ex.with_variant(variant)
         except Exception as e:  # a variant that does not exist: the answer cannot be right
             return Result(ex.id, WRONG, f"this variant cannot be checked ({e}).")
+    if cases is not None and hasattr(ex, "with_cases"):
+        ex = ex.with_cases(cases)
     try:
         return ex.evaluate(answer)
     except HintError:

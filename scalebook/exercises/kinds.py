@@ -11,6 +11,7 @@ import dis
 import functools
 import math
 import numbers
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -223,6 +224,7 @@ class VariedNumericExercise(NumericExercise):
     valid: Callable[..., bool] = None
     statement: str = ""
     describe: Callable[..., dict] = None
+    variant_title: str = ""     # the title with {fields}, when the title names a number
 
     def __post_init__(self):
         params = dict(self.params)
@@ -264,6 +266,13 @@ class VariedNumericExercise(NumericExercise):
         extra = self.describe(**self.params) if self.describe else {}
         return self.statement.format(**self.params, **extra)
 
+    def title_text(self) -> str:
+        """The title of this variant (``variant_title`` filled in, else the title)."""
+        if not self.variant_title:
+            return self.title
+        extra = self.describe(**self.params) if self.describe else {}
+        return self.variant_title.format(**self.params, **extra)
+
 
 @dataclass
 class ChoiceExercise(Exercise):
@@ -288,7 +297,11 @@ class ChoiceExercise(Exercise):
 class CodeExercise(Exercise):
     """An answer that is a function, run on several inputs and compared with a reference.
 
-    ``cases`` is a list of argument tuples; ``reference`` is the correct function. Results
+    ``cases`` is a list of argument tuples; ``reference`` is the correct function.
+    ``generate(rng)`` (a :class:`random.Random`) draws one more argument tuple at random:
+    each check adds ``drawn`` such inputs after the published ones, from a seed of its own
+    (a fresh one per call in a notebook, one per student in the grader), so a table of the
+    published cases' answers does not pass. Results
     are compared with ``compare(got, want) -> bool`` (default: relative tolerance ``rtol``
     on numbers and on each element of tuples). ``hints`` are (predicate(got, want, args),
     message) pairs, tried in order on the first case that fails (so put the case that tells
@@ -305,6 +318,22 @@ class CodeExercise(Exercise):
     hints: list = field(default_factory=list)
     describe: Callable | None = None     # args -> str, for messages
     unit: str = ""
+    generate: Callable | None = None     # random.Random -> args: a test input drawn at random
+    drawn: int = 3                       # how many drawn inputs each check adds
+
+    def drawn_cases(self, seed=None, n: int | None = None) -> list:
+        """``n`` (default ``drawn``) argument tuples from ``generate``, from ``seed`` (bytes
+        or int; None: a fresh random seed). Empty if the exercise has no generator."""
+        if self.generate is None:
+            return []
+        if seed is None:
+            seed = os.urandom(16)
+        rng = random.Random(int.from_bytes(seed, "big") if isinstance(seed, bytes) else seed)
+        return [tuple(self.generate(rng)) for _ in range(self.drawn if n is None else n)]
+
+    def with_cases(self, cases) -> "CodeExercise":
+        """This exercise checked on exactly ``cases`` (the grader's: published and drawn)."""
+        return dataclasses.replace(self, cases=list(cases), generate=None)
 
     def _equal(self, got, want) -> bool:
         if self.compare is not None:
@@ -342,7 +371,8 @@ class CodeExercise(Exercise):
             return self._result(UNANSWERED, "not attempted yet: write the function, then run this cell.")
         if not callable(answer):
             return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
-        for i, args in enumerate(self.cases):
+        cases = list(self.cases) + self.drawn_cases()
+        for i, args in enumerate(cases):
             label = self.describe(*args) if self.describe else repr(args)
             try:
                 got = answer(*args)
@@ -367,7 +397,7 @@ class CodeExercise(Exercise):
                 if unit:
                     return self._result(WRONG, f"not yet for inputs {label}: {unit}")
                 return self._result(WRONG, f"not yet: wrong result for inputs {label} (got {got!r:.80}).")
-        return self._result(CORRECT, f"correct on all {len(self.cases)} test inputs.")
+        return self._result(CORRECT, f"correct on all {len(cases)} test inputs.")
 
 
 # ------------------------------------------------------------------------------------------
