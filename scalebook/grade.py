@@ -280,13 +280,22 @@ def read_notebook(path: Path):
 
 _COLLECTOR = r'''# Added by the grader after the student's cells: reads the answer variables.
 def _scalebook_grader_collect(spec, path, call_limit):
+    import base64 as _b64
+    import dataclasses as _dc
     import json as _json
+    import pickle as _pickle
     import signal as _signal
 
     out = open(path, "a", encoding="utf-8")
     ns = globals()
+    try:
+        from jax.sharding import PartitionSpec as _PSpec
+    except Exception:
+        _PSpec = None
 
-    def enc(x, depth=0):
+    def enc(x, depth=0, refs=None):
+        if refs and id(x) in refs and not isinstance(x, (str, int, float, bool)):
+            return {"arg": refs[id(x)]}
         if x is Ellipsis:
             return {"ellipsis": True}
         if x is None or isinstance(x, bool):
@@ -295,17 +304,28 @@ def _scalebook_grader_collect(spec, path, call_limit):
             return x[:2000]
         if isinstance(x, (int, float)):
             return x if not isinstance(x, int) or abs(x) < 2**63 else float(x)
+        if _PSpec is not None and isinstance(x, _PSpec) and depth < 3:
+            return {"pspec": [enc(v, depth + 1) for v in x]}
         if isinstance(x, (tuple, list)) and depth < 3 and len(x) <= 64:
-            return {"seq": [enc(v, depth + 1) for v in x], "type": type(x).__name__}
+            return {"seq": [enc(v, depth + 1, refs) for v in x], "type": type(x).__name__}
         shape = getattr(x, "shape", None)
         if shape == () and hasattr(x, "item"):
             try:
                 return enc(x.item(), depth)
             except Exception:
                 pass
-        if isinstance(shape, tuple) and len(shape) == 1 and shape[0] <= 64 and hasattr(x, "tolist"):
+        if (isinstance(shape, tuple) and len(shape) <= 4 and hasattr(x, "tolist")
+                and hasattr(x, "dtype") and getattr(x, "size", 1 << 30) <= 65536):
             try:
-                return {"seq": [enc(v, depth + 1) for v in x.tolist()], "type": "list"}
+                return {"array": x.tolist(), "dtype": str(x.dtype)}
+            except Exception:
+                pass
+        if _dc.is_dataclass(x) and not isinstance(x, type) and depth < 3:
+            try:
+                fields = {f.name: enc(getattr(x, f.name), depth + 1, refs)
+                          for f in _dc.fields(x)}
+                return {"object": f"{type(x).__module__}:{type(x).__qualname__}",
+                        "fields": fields}
             except Exception:
                 pass
         try:
@@ -314,11 +334,29 @@ def _scalebook_grader_collect(spec, path, call_limit):
             r = "?"
         return {"opaque": type(x).__name__, "repr": r}
 
+    def arg_refs(args):
+        refs = {}
+        for i, a in enumerate(args):
+            refs.setdefault(id(a), [i])
+            if isinstance(a, (list, tuple)) and len(a) <= 4096:
+                for j, v in enumerate(a):
+                    refs.setdefault(id(v), [i, j])
+        return refs
+
     class _Late(Exception):
         pass
 
     def _alarm(signum, frame):
         raise _Late()
+
+    def timed(fn, limit):
+        old = _signal.signal(_signal.SIGALRM, _alarm)
+        _signal.setitimer(_signal.ITIMER_REAL, limit)
+        try:
+            return fn()
+        finally:
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+            _signal.signal(_signal.SIGALRM, old)
 
     def emit(rec):
         out.write(_json.dumps(rec) + "\n")
@@ -333,24 +371,33 @@ def _scalebook_grader_collect(spec, path, call_limit):
         value = ns[item["answer"]]
         if item["how"] == "function" and callable(value):
             calls = []
-            for args in item["cases"]:
-                old = _signal.signal(_signal.SIGALRM, _alarm)
-                _signal.setitimer(_signal.ITIMER_REAL, call_limit)
+            for args in _pickle.loads(_b64.b64decode(item["cases"])):
                 try:
-                    calls.append({"value": enc(value(*args))})
+                    got = timed(lambda: value(*args), call_limit)
+                    calls.append({"value": enc(got, refs=arg_refs(args))})
                 except _Late:
                     calls.append({"raised": ["TimeoutError", f"took more than {call_limit:g} s"]})
                 except BaseException as e:
                     calls.append({"raised": [type(e).__name__, str(e)[:300]]})
-                finally:
-                    _signal.setitimer(_signal.ITIMER_REAL, 0)
-                    _signal.signal(_signal.SIGALRM, old)
             rec["calls"] = calls
             try:          # a body still ``...`` is not attempted; one with no return is wrong
                 from scalebook.exercises.kinds import is_stub as _is_stub
                 rec["stub"] = bool(_is_stub(value))
             except Exception:
                 pass
+        elif item["how"] == "program" and callable(value):
+            from scalebook.exercises import get_exercise as _get
+
+            try:
+                progs = timed(lambda: _get(item["id"]).export_programs(value), 6 * call_limit)
+            except _Late:
+                progs = [{"error": f"TimeoutError: took more than {6 * call_limit:g} s"}]
+            except BaseException as e:
+                progs = [{"error": f"{type(e).__name__}: {str(e)[:300]}"}]
+            for p in progs:
+                if "value" in p:
+                    p["value"] = enc(p["value"])
+            rec["programs"] = progs
         elif item["how"] == "kernel":
             from scalebook.exercises import evaluate as _evaluate
             r = _evaluate(item["id"], value)
@@ -363,34 +410,70 @@ def _scalebook_grader_collect(spec, path, call_limit):
 '''
 
 
-def _how(ex_id: str) -> tuple[str, list]:
-    """How the grader checks an exercise: "value", "function" (with the test inputs) or
-    "kernel" (the check runs next to the student's code)."""
+def _how(ex_id: str) -> str:
+    """How the grader checks an exercise: "value" (here), "function" (called in the
+    kernel on the grader's inputs, judged by the checker), "program" (exported from the
+    kernel, compiled and judged by the checker) or "kernel" (checked next to the student's
+    code: the one exercise whose check counts compilations)."""
     from .exercises import get_exercise
-    from .exercises.kinds import ChoiceExercise, CodeExercise, NumericExercise
+    from .exercises.kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise,
+                                  NumericExercise)
 
     try:
         ex = get_exercise(ex_id)
     except Exception:
-        return "value", []          # an unknown id: evaluate() says so, in this process
+        return "value"          # an unknown id: evaluate() says so, in this process
     if isinstance(ex, (NumericExercise, ChoiceExercise)):
-        return "value", []
+        return "value"
     if isinstance(ex, CodeExercise):
-        cases = [list(c) for c in ex.cases]
-        try:
-            if json.loads(json.dumps(cases)) == cases:
-                return "function", cases
-        except (TypeError, ValueError):
-            pass
-    return "kernel", []
+        return "function"
+    if isinstance(ex, MeshProgramExercise):
+        return "program"
+    return "kernel"
 
 
-def collector_source(key: Key, records: Path, call_limit: float) -> str:
-    """The grader's cell: the collector, with the exercises' answer names and test inputs."""
+def input_seed(secret: bytes | None, student: str, ex_id: str) -> bytes:
+    """The seed of a student's drawn test inputs: an HMAC under the instructor's secret
+    (the same at every regrade), or, with no secret, fresh random bytes."""
+    if not secret:
+        return os.urandom(16)
+    message = f"scalebook inputs\0{ex_id}\0{student}".encode()
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def function_cases(ex_id: str, seed: bytes) -> list:
+    """A code exercise's published inputs, then those drawn from ``seed``."""
+    from .exercises import get_exercise
+
+    ex = get_exercise(ex_id)
+    return [tuple(c) for c in ex.cases] + ex.drawn_cases(seed)
+
+
+def _pack(value) -> str:
+    import base64
+    import pickle
+
+    return base64.b64encode(pickle.dumps(value)).decode()
+
+
+def _unpack(text: str):
+    import base64
+    import pickle
+
+    return pickle.loads(base64.b64decode(text))      # the grader's own data, never a kernel's
+
+
+def collector_source(key: Key, records: Path, call_limit: float,
+                     cases: dict | None = None) -> str:
+    """The grader's cell: the collector, with the exercises' answer names and, for code
+    exercises, the inputs to call the student's functions on (``cases``: id -> list)."""
     spec = []
     for item in key.items:
-        how, cases = _how(item.id)
-        spec.append({"id": item.id, "answer": item.answer, "how": how, "cases": cases})
+        how = _how(item.id)
+        entry = {"id": item.id, "answer": item.answer, "how": how}
+        if how == "function":
+            entry["cases"] = _pack((cases or {}).get(item.id) or function_cases(item.id, b""))
+        spec.append(entry)
     return (_COLLECTOR + f"\n\n_scalebook_grader_collect(__import__('json').loads("
             f"{json.dumps(spec)!r}), {str(records)!r}, {float(call_limit)!r})\n")
 
@@ -568,14 +651,42 @@ class _Opaque:
         return self._text
 
 
-def decode(x):
-    """A value sent by the collector, rebuilt from plain JSON."""
+def decode(x, args=None):
+    """A value sent by the collector, rebuilt from plain JSON. ``args``: the inputs of the
+    call that returned it (a returned input is sent as a reference to it). Arrays come back
+    as NumPy arrays, PartitionSpecs as PartitionSpecs, this package's dataclasses as
+    themselves where they can be rebuilt; anything else as an opaque stand-in."""
     if isinstance(x, dict):
         if x.get("ellipsis"):
             return ...
+        if "arg" in x:
+            path = x["arg"]
+            try:
+                v = args[path[0]]
+                return v[path[1]] if len(path) > 1 else v
+            except (TypeError, IndexError, KeyError):
+                return _Opaque("object", "an input the grader did not send")
         if "seq" in x:
-            items = [decode(v) for v in x["seq"]]
+            items = [decode(v, args) for v in x["seq"]]
             return tuple(items) if x.get("type") == "tuple" else items
+        if "pspec" in x:
+            from jax.sharding import PartitionSpec
+
+            entries = [decode(v) for v in x["pspec"]]
+            if all(e is None or isinstance(e, str)
+                   or (isinstance(e, tuple) and all(isinstance(a, str) for a in e))
+                   for e in entries):
+                return PartitionSpec(*entries)
+            return _Opaque("PartitionSpec", "a PartitionSpec of odd entries")
+        if "array" in x:
+            import numpy as np
+
+            try:
+                return np.asarray(x["array"], dtype=np.dtype(str(x.get("dtype"))))
+            except (TypeError, ValueError):
+                return _Opaque("array", "an array the grader could not read")
+        if "object" in x:
+            return _rebuild(str(x["object"]), x.get("fields"), args)
         if "opaque" in x:
             return _Opaque(x.get("opaque", "object"), str(x.get("repr", "?")))
         return _Opaque("dict", "{...}")
@@ -584,19 +695,42 @@ def decode(x):
     return _Opaque(type(x).__name__, repr(x)[:60])
 
 
+def _rebuild(name: str, fields, args):
+    """A dataclass of this package from its fields (anything else: an opaque stand-in)."""
+    import dataclasses
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    if (module == "scalebook" or module.startswith("scalebook.")) and isinstance(fields, dict):
+        try:
+            cls = importlib.import_module(module)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+            if dataclasses.is_dataclass(cls):
+                return cls(**{k: decode(v, args) for k, v in fields.items()})
+        except Exception:
+            pass
+    return _Opaque(qualname.rpartition(".")[2] or "object", f"a {qualname or 'value'}")
+
+
 def _replay(calls: list, cases: list, stub: bool = False):
-    """A stand-in for the student's function: returns (or raises) what it did in the kernel.
+    """A stand-in for the student's function: returns (or raises) what it did in the kernel,
+    for the grader's inputs ``cases`` (matched by identity: the check calls it with them).
     ``stub``: the student's function was the template's (its body still ``...``)."""
-    table = {json.dumps(list(c)): r for c, r in zip(cases, calls)}
+    def find(args):
+        for c, r in zip(cases, calls):
+            if len(c) == len(args) and all(a is b for a, b in zip(c, args)):
+                return c, r
+        return None, None
 
     def fn(*args):
-        rec = table.get(json.dumps(list(args)))
-        if rec is None:
+        case, rec = find(args)
+        if not isinstance(rec, dict):
             raise RuntimeError("the grader did not run this input")
         if "raised" in rec:
             name, message = (list(rec["raised"]) + ["", ""])[:2]
             raise type(str(name)[:60] or "Exception", (Exception,), {})(message)
-        return decode(rec.get("value"))
+        return decode(rec.get("value"), case)
 
     fn.scalebook_stub = bool(stub)         # read by scalebook.exercises.kinds.is_stub
     return fn
@@ -630,11 +764,61 @@ def _passed_fraction(ex_id: str, fn, cases: list) -> float:
     return passed / len(cases) if cases else 0.0
 
 
+def check_records(items: list) -> dict:
+    """The checker's work (run in its own sandbox, on data only: no student code runs
+    here): judge each code answer's recorded calls on the grader's inputs, and compile and
+    run each exported program on input values of the checker's own. Returns id ->
+    [status, message, share of inputs right]."""
+    from .exercises import evaluate, get_exercise
+
+    out = {}
+    with _lenient_hints():
+        for item in items:
+            ex_id, rec = item["id"], item["rec"]
+            try:
+                if item["how"] == "function":
+                    cases = _unpack(item["cases"])
+                    calls = rec.get("calls") if isinstance(rec.get("calls"), list) else []
+                    replay = _replay(calls, cases, bool(rec.get("stub", False)))
+                    r = evaluate(ex_id, replay, variant=item.get("variant"), cases=cases)
+                    share = (_passed_fraction(ex_id, replay, cases)
+                             if r.status == "wrong" and not rec.get("stub") else 0.0)
+                else:
+                    progs = rec.get("programs")
+                    if isinstance(progs, list):
+                        progs = [{**p, "value": decode(p["value"])}
+                                 if isinstance(p, dict) and "value" in p else p
+                                 for p in progs]
+                    r = get_exercise(ex_id).evaluate_exported(progs, int(item["seed"]))
+                    share = 0.0
+                out[ex_id] = [r.status, r.message, share]
+            except Exception as e:      # a bug of ours: this answer is not graded, others are
+                out[ex_id] = ["wrong", f"the grader could not check this answer "
+                                       f"({type(e).__name__}: {str(e)[:200]}).", 0.0]
+    return out
+
+
+def _checker(spec_path: str) -> int:
+    """The checker process (``--check SPEC``): reads the items, writes the verdicts."""
+    import resource
+
+    spec = json.loads(Path(spec_path).read_text())
+    if spec.get("memory", 0) > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (spec["memory"], spec["memory"]))
+    from .mesh import setup
+
+    setup(quiet=True)
+    verdicts = check_records(spec["items"])
+    Path(spec["verdicts"]).write_text(json.dumps(verdicts))
+    return 0
+
+
 def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | None,
-                      partial: bool = False) -> None:
+                      partial: bool = False, verdicts: dict | None = None) -> None:
     from .exercises import evaluate
     from .exercises.core import CORRECT, Result, draw_variant
 
+    verdicts = verdicts or {}
     for item in key.items:
         rec = records.get(item.id)
         if rec is None:
@@ -647,21 +831,22 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                                       f"the run (renamed, deleted, or its cell failed).")
             continue
         variant = draw_variant(item.id, secret, grade.student) if item.variant else None
-        how = _how(item.id)[0]
+        how = _how(item.id)
         with _lenient_hints():
-            if how == "kernel":       # checked in the student's kernel (mesh programs)
+            if how == "kernel":       # checked in the student's kernel (compile counting)
                 if "result" not in rec:
                     rec = {"result": ["wrong", "the check's result could not be read."]}
                 status, message = (list(rec["result"]) + ["", ""])[:2]
                 result = Result(item.id, str(status), f"{message} (checked in your kernel)")
-            elif how == "function":   # the answers the student's function gave, judged here
-                grade.answers[item.id] = "a function"
-                cases = _how(item.id)[1]
-                calls = rec.get("calls") if isinstance(rec.get("calls"), list) else []
-                replay = _replay(calls, cases, bool(rec.get("stub", False)))
-                result = evaluate(item.id, replay, variant=variant)
-                if partial and result.status == "wrong" and not rec.get("stub"):
-                    grade.partial[item.id] = _passed_fraction(item.id, replay, cases)
+            elif how in ("function", "program"):     # judged by the checker
+                grade.answers[item.id] = ("a function" if how == "function"
+                                          else "a program on the mesh")
+                v = verdicts.get(item.id)
+                if not (isinstance(v, list) and len(v) == 3):
+                    v = ["wrong", "the checker did not judge this answer (see the notes).", 0.0]
+                result = Result(item.id, str(v[0]), str(v[1]))
+                if partial and result.status == "wrong":
+                    grade.partial[item.id] = float(v[2])
             else:                     # a value, judged here; a "result" line is ignored
                 value = decode(rec.get("value"))
                 grade.answers[item.id] = _short(value)
@@ -872,7 +1057,9 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
     notebook = box / "submission.ipynb"           # its own copy: never the class folder
     notebook.write_text(nbformat_dumps(nb))
     records = box / "records.jsonl"
-    (box / "collector.py").write_text(collector_source(key, records, opts["call_limit"]))
+    cases = {item.id: function_cases(item.id, input_seed(secret, sub.student, item.id))
+             for item in key.items if _how(item.id) == "function"}
+    (box / "collector.py").write_text(collector_source(key, records, opts["call_limit"], cases))
     spec = {"notebook": str(notebook), "records": str(records),
             "collector": str(box / "collector.py"), "report": str(box / "report.json"),
             "kernel_pid": str(box / "kernel.pid"), "tmp": str(box), "cwd": str(cwd),
@@ -910,10 +1097,64 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
             continue
         if isinstance(rec, dict) and rec.get("id") in known and rec["id"] not in recs:
             recs[rec["id"]] = rec
-    _evaluate_records(grade, key, recs, secret, partial=opts.get("partial", False))
+    verdicts = _run_checker(sub, key, recs, cases, secret, opts, tmp, logdir)
+    if isinstance(verdicts, str):
+        grade.notes.append(verdicts)
+        verdicts = {}
+    _evaluate_records(grade, key, recs, secret, partial=opts.get("partial", False),
+                      verdicts=verdicts)
     shutil.rmtree(tmp, ignore_errors=True)
     grade.seconds = time.time() - t0
     return grade
+
+
+def _run_checker(sub: Submission, key: Key, recs: dict, cases: dict, secret, opts: dict,
+                 tmp: Path, logdir: Path) -> dict | str:
+    """Judge the code and program answers in a second sandbox, the checker, which runs no
+    student code: it sees the answers the kernel handed back and the grader's inputs, and
+    nothing the kernel could write but those answers. Returns the verdicts (id -> [status,
+    message, share]) or a note saying why there are none."""
+    from .exercises.core import draw_variant
+
+    items = []
+    for item in key.items:
+        rec, how = recs.get(item.id), _how(item.id)
+        if how not in ("function", "program") or not isinstance(rec, dict) or rec.get("missing"):
+            continue
+        entry = {"id": item.id, "how": how, "rec": rec,
+                 "variant": draw_variant(item.id, secret, sub.student) if item.variant else None}
+        if how == "function":
+            entry["cases"] = _pack(cases[item.id])
+        else:
+            seed = input_seed(secret, sub.student, item.id)
+            entry["seed"] = int.from_bytes(seed[:4], "big")
+        items.append(entry)
+    if not items:
+        return {}
+    box = tmp / "checker"
+    (box / "cwd").mkdir(parents=True)
+    spec = {"items": items, "verdicts": str(box / "verdicts.json"), "memory": opts["memory"]}
+    (box / "check.json").write_text(json.dumps(spec))
+    argv = sandbox_argv(box, opts["pkg_root"], [sys.executable, "-m", "scalebook.grade",
+                                                "--check", str(box / "check.json")])
+    limit = 60 + 20 * len(items)
+    with open(logdir / f"{sub.student}.log", "a") as log:
+        log.write("\n--- the checker ---\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=box, env=dict(_SANDBOX_ENV),
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            return f"checking the code answers took more than {limit} s and was stopped."
+    verdicts = _read_box_json(box / "verdicts.json")
+    if verdicts is None:
+        return (f"the checker of the code answers failed (exit {proc.returncode}); see "
+                f"logs/{sub.student}.log")
+    return verdicts
 
 
 class _Progress:
@@ -958,8 +1199,17 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
     opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
             "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit,
             "partial": partial}
-    for ex_id in (i.id for i in key.items):        # load the chapters' checks before forking
-        _how(ex_id)
+    hows = {_how(i.id) for i in key.items}      # load the chapters' checks before forking
+    if "program" in hows:
+        try:
+            import flatbuffers  # noqa: F401  (jax.export's serialization)
+        except ImportError:
+            raise ValueError("grading programs on the mesh needs the flatbuffers package "
+                             "(pip install flatbuffers; it is in requirements.lock)") from None
+    if "function" in hows:          # some published inputs are built on the mesh
+        from .mesh import setup
+
+        setup(quiet=True)
     bar = progress if progress is not None else _Progress(len(subs))
     with tempfile.TemporaryDirectory(prefix="scalebook-grade-") as work:
         work = Path(work)
@@ -1190,6 +1440,8 @@ def main(argv=None) -> int:
         return 0
     if argv[:1] == ["--worker"]:
         return _worker(argv[1])
+    if argv[:1] == ["--check"]:
+        return _checker(argv[1])
     parser = argparse.ArgumentParser(prog="python -m scalebook.grade",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="notebooks, folders or zip files of them")

@@ -91,13 +91,35 @@ def test_values_are_rebuilt_from_plain_json():
 def test_a_function_answer_is_replayed_from_its_recorded_calls():
     from scalebook.exercises import get_exercise
 
-    cases = [list(c) for c in get_exercise("1.10").cases]
+    cases = grade.function_cases("1.10", b"seed")
     want = [get_exercise("1.10").reference(*c) for c in cases]
     fn = grade._replay([{"value": w} for w in want], cases)
-    assert evaluate("1.10", fn).status == "correct"
+    assert evaluate("1.10", fn, cases=cases).status == "correct"
     boom = grade._replay([{"raised": ["ZeroDivisionError", "division by zero"]}], cases)
-    r = evaluate("1.10", boom)
+    r = evaluate("1.10", boom, cases=cases)
     assert r.status == "wrong" and "ZeroDivisionError: division by zero" in r.message
+    # an input the grader did not send (the check's own drawn ones) is never answered
+    with pytest.raises(RuntimeError, match="did not run"):
+        fn(1, 2, "tpu-v5e")
+
+
+def test_richer_values_come_back_as_themselves():
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    a = grade.decode({"array": [[1.0, 2.0], [3.0, 4.0]], "dtype": "float32"})
+    assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (2, 2)
+    assert grade.decode({"pspec": ["x", None, {"seq": ["x", "y"], "type": "tuple"}]}) == \
+        P("x", None, ("x", "y"))
+    assert type(grade.decode({"pspec": [3]})).__name__ == "PartitionSpec"   # opaque, not P
+    plans = ["plan a", "plan b"]
+    assert grade.decode({"arg": [0, 1]}, (plans, 0.5)) == "plan b"
+    assert "did not send" in repr(grade.decode({"arg": [5]}, (plans,)))
+    # only this package's dataclasses are rebuilt; any other name stays opaque
+    got = grade.decode({"object": "scalebook.hardware:Chip", "fields": {"name": 1}})
+    assert type(got).__name__ == "Chip" and not hasattr(got, "name")
+    odd = grade.decode({"object": "os:system", "fields": {}})
+    assert type(odd).__name__ == "system" and "a system" in repr(odd)
 
 
 def test_a_varied_key_needs_the_right_secret(tmp_path):
@@ -158,11 +180,11 @@ def test_feedback_shows_the_answer_the_expected_form_and_is_safe_html():
 
 def test_partial_credit_counts_the_test_inputs_answered_right():
     from scalebook.exercises import get_exercise
-    from scalebook.grade import _how
 
     key = grade.load_key(CHAPTER)
-    how, cases = _how("1.10")
-    assert how == "function" and len(cases) >= 3
+    assert grade._how("1.10") == "function"
+    cases = grade.function_cases("1.10", b"seed")
+    assert len(cases) == len(get_exercise("1.10").cases) + get_exercise("1.10").drawn
     ex = get_exercise("1.10")
     right = [ex.reference(*c) for c in cases]
     k = len(cases) - 1                         # right on all but the last input
@@ -171,8 +193,11 @@ def test_partial_credit_counts_the_test_inputs_answered_right():
         return list(v) if isinstance(v, tuple) else v
 
     calls = [{"value": enc(r)} for r in right[:k]] + [{"value": -1}]
+    rec = {"id": "1.10", "calls": calls}
+    verdicts = grade.check_records([{"id": "1.10", "how": "function", "rec": rec,
+                                     "cases": grade._pack(cases)}])
     for partial, want in ((False, 0.0), (True, round(k / len(cases), 4))):
         g = grade.Grade("carol", None)
-        grade._evaluate_records(g, key, {"1.10": {"id": "1.10", "calls": calls}}, None,
-                                partial=partial)
+        grade._evaluate_records(g, key, {"1.10": rec}, None, partial=partial,
+                                verdicts=verdicts)
         assert g.results["1.10"][0] == "wrong" and g.points["1.10"] == want

@@ -207,3 +207,57 @@ def test_without_bwrap_the_grader_refuses(monkeypatch, tmp_path, capsys):
     assert grade.main([str(subs), "--key", str(CHAPTER), "--out", str(tmp_path / "o")]) == 2
     assert "bwrap` is not installed" in capsys.readouterr().err
     assert not (tmp_path / "o" / "grades.csv").exists()          # nothing ran unboxed
+
+
+MESH_SETUP = ("import scalebook\nscalebook.setup()\nimport jax\n"
+              "from jax.sharding import PartitionSpec as P")
+MESH_HONEST = ["def fsdp(x, w):\n"
+               "    return x @ jax.lax.all_gather(w, 'y', axis=0, tiled=True, to='invarying')",
+               "def specs(M, K, N):\n    return P('x', None), P(None, 'y'), P('x', 'y')"]
+MESH_CHEATS = {
+    # right numbers with the wrong collective, and the check patched to say "correct"
+    "patched": ["def fsdp(x, w):\n"
+                "    i, n = jax.lax.axis_index('y'), w.shape[0]\n"
+                "    part = jax.lax.dynamic_slice_in_dim(x, i * n, n, axis=1) @ w\n"
+                "    return jax.lax.psum(part, 'y')",
+                "def specs(M, K, N):\n    return P(), P(), P('x', 'y')",
+                "from scalebook.exercises import kinds, core\n"
+                "ok = lambda self, *a, **k: core.Result(self.id, 'correct', 'PATCHED-OK')\n"
+                "kinds.MeshProgramExercise.evaluate = ok\n"
+                "kinds.MeshProgramExercise.evaluate_exported = ok\n"
+                "core._REGISTRY.clear()"],
+    # hands back a program that ignores its inputs (right on the kernel's values only)
+    "constant": ["import numpy as np\n"
+                 "from scalebook.exercises import get_exercise, kinds\n"
+                 "ex = get_exercise('3.10')\n"
+                 "def fsdp(x, w):\n"
+                 "    want = np.asarray(x) @ np.asarray(jax.lax.all_gather(w, 'y', axis=0,\n"
+                 "        tiled=True, to='invarying')) if False else None\n"
+                 "    return x @ jax.lax.all_gather(w, 'y', axis=0, tiled=True,\n"
+                 "                                  to='invarying') * 0 + 1.0",
+                 "specs = 'P(x)'"],
+}
+
+
+def test_programs_on_the_mesh_are_judged_by_the_checker_not_the_kernel(tmp_path):
+    """An honest mesh answer earns its points through the real sandboxes (the kernel
+    exports, the checker compiles and runs); a kernel that patches the checks, clears the
+    registry or hands back a program that ignores its inputs earns nothing."""
+    key = tmp_path / "key.json"
+    key.write_text(json.dumps({"format": grade.KEY_FORMAT, "title": "mesh", "exercises": [
+        {"id": "3.10", "answer": "fsdp"}, {"id": "3.12", "answer": "specs"}]}))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "honest.ipynb").write_text(_notebook(MESH_SETUP, *MESH_HONEST))
+    for name, cells in MESH_CHEATS.items():
+        (subs / f"{name}.ipynb").write_text(_notebook(MESH_SETUP, *cells))
+    out = tmp_path / "grading"
+    assert grade.main([str(subs), "--key", str(key), "--out", str(out), "--jobs", "2",
+                       "--time-limit", "120"]) == 0
+    rows = _rows(out)
+    assert rows[("honest", "3.10")] == ("correct", 1.0), (out / "feedback" / "honest.md").read_text()
+    assert rows[("honest", "3.12")] == ("correct", 1.0)
+    for name in MESH_CHEATS:
+        assert rows[(name, "3.10")][1] == 0 and rows[(name, "3.12")][1] == 0, name
+    feedback = (out / "feedback" / "patched.md").read_text()
+    assert "all-reduce" in feedback and "PATCHED-OK" not in feedback

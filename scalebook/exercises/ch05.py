@@ -537,6 +537,7 @@ register(MeshProgramExercise(
     id="5.17", title="PartitionSpecs for a 2D-sharded gated MLP",
     build=_build_specs, expected=lambda case, *a: _gated(*map(_np, a)),
     collectives_ok=_specs_collectives, cases=[(16, 32, 64), (32, 16, 32), (8, 64, 128)],
+    answer_args=lambda case: case,
     rtol=1e-4,
     describe=lambda B, D, F: f"x[{B},{D}], W_gate, W_up[{D},{F}], W_down[{F},{D}]",
     error_hints=[("more than 1/8", "every device should hold 1/8 of each weight: use both "

@@ -9,6 +9,7 @@ with :func:`scalebook.hlo.collectives`.
 from __future__ import annotations
 
 import math
+import re
 
 from .. import collectives
 from ..hardware import get_chip
@@ -239,21 +240,18 @@ _cm_plain_build = _shard_map_build(lambda: (_P("x", "y"), _P(None, "y")), lambda
                                    lambda B, D, F: [(B, D), (D, F)], lambda B, D, F: 5 * B + D + F)
 
 
-def _build_cm(answer, case, mesh):
-    """As the other shard_map exercises, and the matmul must be split into one per chunk: a
-    program that gathers A with permutes and then does one matmul overlaps nothing."""
-    import jax
-    fn, args = _cm_plain_build(answer, case, mesh)
-    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    dots = _count_eqns(jaxpr, "dot_general")
-    if dots < mesh.shape["y"] and not _count_eqns(jaxpr, "all_gather"):
+def _cm_structure(text, case):
+    """The matmul must be split into one per chunk: a program that gathers A with permutes
+    and then does one matmul overlaps nothing. Read from the lowered program's StableHLO
+    (the notebook's check and the grader's checker read the same text)."""
+    dots = len(re.findall(r"stablehlo\.dot_general\b", text))
+    if dots < MESH_SHAPE[1] and not re.search(r"stablehlo\.all_gather\b", text):
         raise ValueError(f"collective matmul: {dots} matmul(s), expected one per chunk")
-    return fn, args
 
 
 register(MeshProgramExercise(
     id="10.7", title="Your own collective matmul",
-    build=_build_cm,
+    build=_cm_plain_build, program_ok=_cm_structure,
     expected=lambda case, a, w: __import__("numpy").asarray(a) @ __import__("numpy").asarray(w),
     collectives_ok=_cm_collectives, rtol=1e-4,
     cases=[(8, 16, 32), (16, 32, 8), (4, 16, 24)],
@@ -318,6 +316,7 @@ def _no_collectives(records, case):
 register(MeshProgramExercise(
     id="10.8", title="A KV cache that needs no communication",
     build=_build_kv, expected=_attend_np, collectives_ok=_no_collectives, rtol=1e-4,
+    answer_args=lambda case: (),
     mesh_axes=("data", "model"),
     cases=[(4, 8, 4, 2, 8), (2, 16, 8, 2, 4), (6, 4, 4, 1, 8)],
     describe=lambda Bs, T, K, G, h: f"q[{Bs},{K},{G},{h}], cache[{Bs},{T},{K},{h}]",

@@ -417,6 +417,14 @@ class MeshProgramExercise(Exercise):
     ``collectives_ok(records, case)`` for an error message (or None) about the compiled
     program's collectives. Each case is a different shape, so a program that only works
     for one shape does not pass.
+
+    In the grader the student's kernel only *exports* each case's program
+    (:meth:`export_programs`, ``jax.export``: the StableHLO and its shardings); the grader's
+    checker, which runs no student code, compiles the exported program itself, runs it on
+    input values of its own (drawn per student) and judges it (:meth:`evaluate_exported`).
+    An exercise whose answer is data for the check's own program (PartitionSpecs) says how
+    to call it: ``answer_args(case)``; then the kernel hands back that data and the checker
+    builds the program.
     """
 
     build: Callable = None
@@ -428,10 +436,48 @@ class MeshProgramExercise(Exercise):
     rtol: float = 1e-5
     mesh_shape: tuple = (2, 4)
     mesh_axes: tuple = ("x", "y")
+    answer_args: Callable | None = None     # case -> args, when the answer is data
+    program_ok: Callable | None = None      # (StableHLO text, case): raises if its form is wrong
 
-    def evaluate(self, answer) -> Result:
+    def _label(self, case) -> str:
+        return self.describe(*case) if self.describe else repr(case)
+
+    def _failed(self, answer, label, e) -> Result:
+        """The result for a program that could not be built or compiled."""
+        if isinstance(e, NotAttempted):
+            if is_stub(answer):      # the template's body, still ``...``
+                return self._result(UNANSWERED, "not attempted yet: your function returns None.")
+            return self._result(WRONG, f"not yet: {NO_RETURN} for {label}.")
+        text = e if isinstance(e, str) else _clean_error(f"{type(e).__name__}: {e}")
+        for needle, message in self.error_hints:
+            if needle in text:
+                return self._result(WRONG, f"not yet ({label}): {message}")
+        return self._result(WRONG, f"your program failed for {label}: {text[:400]}")
+
+    def _judge(self, compiled, args, case, label) -> Result | None:
+        """A wrong result for this case, or None if its numbers and collectives are right."""
         import numpy as np
 
+        got = np.asarray(compiled(*args))
+        want = np.asarray(self.expected(case, *args))
+        if got.shape != want.shape:
+            return self._result(WRONG, f"not yet: for {label} the result has shape "
+                                       f"{got.shape}, expected {want.shape}.")
+        if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
+            return self._result(WRONG, f"not yet: wrong numbers for {label}.")
+        records = hlo.collectives(compiled)
+        problem = self.collectives_ok(records, case)
+        if problem:
+            kinds = ", ".join(r.kind for r in records) or "none"
+            return self._result(WRONG, f"the numbers are right for {label}, but {problem} "
+                                       f"(the compiled program has: {kinds}).")
+        return None
+
+    def _done(self) -> Result:
+        return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
+                                     f"and the intended collectives.")
+
+    def evaluate(self, answer) -> Result:
         from ..mesh import make_mesh
 
         if answer is Ellipsis or answer is None:
@@ -440,35 +486,159 @@ class MeshProgramExercise(Exercise):
             return self._result(WRONG, f"expected a function, got {type(answer).__name__}.")
         mesh = make_mesh(self.mesh_shape, self.mesh_axes)
         for case in self.cases:
-            label = self.describe(*case) if self.describe else repr(case)
+            label = self._label(case)
             try:
                 fn, args = self.build(answer, case, mesh)
-                compiled = fn.lower(*args).compile()
-                got = np.asarray(compiled(*args))
-            except NotAttempted:
-                if is_stub(answer):      # the template's body, still ``...``
-                    return self._result(UNANSWERED, "not attempted yet: your function returns None.")
-                return self._result(WRONG, f"not yet: {NO_RETURN} for {label}.")
+                lowered = fn.lower(*args)
+                if self.program_ok is not None:
+                    self.program_ok(lowered.as_text(), case)
+                compiled = lowered.compile()
+                wrong = self._judge(compiled, args, case, label)
             except Exception as e:  # the student's code: report, never raise
-                text = _clean_error(f"{type(e).__name__}: {e}")
-                for needle, message in self.error_hints:
-                    if needle in text:
-                        return self._result(WRONG, f"not yet ({label}): {message}")
-                return self._result(WRONG, f"your program failed for {label}: {text[:400]}")
-            want = np.asarray(self.expected(case, *args))
-            if got.shape != want.shape:
-                return self._result(WRONG, f"not yet: for {label} the result has shape "
-                                           f"{got.shape}, expected {want.shape}.")
-            if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
-                return self._result(WRONG, f"not yet: wrong numbers for {label}.")
-            records = hlo.collectives(compiled)
-            problem = self.collectives_ok(records, case)
-            if problem:
-                kinds = ", ".join(r.kind for r in records) or "none"
-                return self._result(WRONG, f"the numbers are right for {label}, but {problem} "
-                                           f"(the compiled program has: {kinds}).")
-        return self._result(CORRECT, f"correct on all {len(self.cases)} shapes: right numbers "
-                                     f"and the intended collectives.")
+                return self._failed(answer, label, e)
+            if wrong:
+                return wrong
+        return self._done()
+
+    # -- the grader's two halves ----------------------------------------------------------
+    def export_programs(self, answer) -> list[dict]:
+        """In the student's kernel: per case, the program serialized by ``jax.export``
+        ({"program": base64}), or the answer's data ({"value": ...}, with ``answer_args``),
+        or what went wrong ({"error": text} / {"stub": bool})."""
+        import base64
+
+        import jax
+
+        from ..mesh import make_mesh
+
+        out = []
+        mesh = make_mesh(self.mesh_shape, self.mesh_axes)
+        for case in self.cases:
+            try:
+                if self.answer_args is not None:
+                    value = answer(*self.answer_args(case))
+                    if value is None:
+                        raise NotAttempted
+                    out.append({"value": value})
+                    continue
+                fn, args = self.build(answer, case, mesh)
+                inner, where = getattr(fn, "fn", fn), getattr(fn, "mesh", None)
+                if where is not None:
+                    with jax.set_mesh(where):
+                        fn.lower(*args)                # the wrapper's own checks
+                        exp = jax.export.export(inner)(*args)
+                else:
+                    exp = jax.export.export(inner)(*args)
+                out.append({"program": base64.b64encode(exp.serialize()).decode()})
+            except NotAttempted:
+                out.append({"stub": bool(is_stub(answer))})
+            except Exception as e:
+                out.append({"error": _clean_error(f"{type(e).__name__}: {e}")[:600]})
+        return out
+
+    def evaluate_exported(self, records: list, seed: int) -> Result:
+        """In the grader's checker: judge what :meth:`export_programs` handed back, on
+        input values drawn from ``seed`` (never the student's)."""
+        import base64
+
+        import jax
+        import numpy as np
+
+        from ..mesh import make_mesh
+
+        if not isinstance(records, list) or len(records) != len(self.cases):
+            return self._result(WRONG, "the program could not be read back from your notebook.")
+        mesh = make_mesh(self.mesh_shape, self.mesh_axes)
+        rng = np.random.default_rng(seed)
+        stub = _Marked(True)
+        for case, rec in zip(self.cases, records):
+            label = self._label(case)
+            if not isinstance(rec, dict):
+                return self._result(WRONG, "the program could not be read back.")
+            if "stub" in rec:
+                return self._failed(_Marked(bool(rec["stub"])), label, NotAttempted())
+            if "error" in rec:
+                return self._failed(stub, label, str(rec["error"]))
+            try:
+                if self.answer_args is not None:
+                    value = rec.get("value")
+                    fn, args = self.build(lambda *a: value, case, mesh)
+                    args = _redrawn(args, rng)
+                    compiled = fn.lower(*args).compile()
+                else:
+                    template, args = self.build(_Marked(False), case, mesh)
+                    args = _redrawn(args, rng)
+                    exp = jax.export.deserialize(bytearray(base64.b64decode(rec["program"])))
+                    problem = _exported_problem(exp, args)
+                    if problem:
+                        return self._result(WRONG, f"not yet ({label}): {problem}")
+                    if self.program_ok is not None:
+                        self.program_ok(exp.mlir_module(), case)
+                    fn = jax.jit(exp.call)
+                    where = getattr(template, "mesh", None)
+                    if where is not None:
+                        fn = type(template)(fn, where)
+                    compiled = fn.lower(*args).compile()
+                wrong = self._judge(compiled, args, case, label)
+            except Exception as e:
+                return self._failed(stub, label, e)
+            if wrong:
+                return wrong
+        return self._done()
+
+
+class _Marked:
+    """A stand-in answer for the checker: not callable as the student's code, only marked
+    as a stub or not (for :func:`is_stub`)."""
+
+    def __init__(self, stub: bool):
+        self.scalebook_stub = stub
+
+    def __call__(self, *args):
+        raise RuntimeError("the checker does not run the student's code")
+
+
+def _redrawn(args, rng):
+    """``args`` with the same shapes, dtypes and shardings, and new random values."""
+    import jax
+    import numpy as np
+
+    out = []
+    for a in args:
+        if hasattr(a, "sharding") and hasattr(a, "shape"):
+            v = rng.standard_normal(a.shape).astype(np.dtype(a.dtype))
+            out.append(jax.device_put(v, a.sharding))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+_SAFE_TARGETS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
+                 "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "annotate_device_placement",
+                 "local_to_global_shape", "global_to_local_shape"}
+
+
+def _exported_problem(exp, args) -> str | None:
+    """Why an exported program cannot be the answer to these inputs, or None."""
+    import re as _re
+
+    if exp.nr_devices != len(args[0].sharding.device_set if args else ()) and args:
+        return f"the program is for {exp.nr_devices} devices, not {len(args[0].sharding.device_set)}"
+    avals = [(tuple(a.shape), str(a.dtype)) for a in exp.in_avals]
+    want = [(tuple(a.shape), str(a.dtype)) for a in args]
+    if avals != want:
+        return f"the program takes {avals}, expected {want}"
+    for got, a in zip(exp.in_shardings_hlo, args):
+        expected = a.sharding._to_xla_hlo_sharding(len(a.shape))
+        if got is not None and got != expected:
+            return "the program expects its inputs sharded otherwise than the exercise gives them"
+    text = exp.mlir_module()
+    targets = set(_re.findall(r"custom_call\s*@([\w.$-]+)", text))
+    targets |= set(_re.findall(r'call_target_name\s*=\s*"([^"]+)"', text))
+    unsafe = sorted(t for t in targets if t not in _SAFE_TARGETS)
+    if unsafe:
+        return f"the program calls {', '.join(unsafe)}, which the grader does not run"
+    return None
 
 
 def mesh_inputs(shapes, seed):
