@@ -14,10 +14,12 @@ Written to ``--out``:
 
 * ``assignment.ipynb``: one notebook for the whole class, with the chapter's numbers; or,
   with a roster and a secret, ``students/ID.ipynb``: one per student, in which every
-  exercise that has variants (chapter 1's numeric ones) shows the student's own numbers
-  and checks them (``check("1.1", answer_1_1, variant={...})``). The variant is
-  HMAC(secret, student id, exercise id): the grader re-derives it, so a student who edits
-  the ``variant=`` gets no credit for it, and neighbours' numbers differ;
+  exercise that has variants shows the student's own numbers, and its answer cell
+  *records* the answer (``record("1.1", answer_1_1)``: says whether it is well-formed,
+  never whether it is right; a check against the variant would hand its reference to
+  whoever asks). The variant is HMAC(secret, student id, exercise id): the grader
+  re-derives it and judges the answer, so neighbours' numbers differ and editing the
+  notebook changes nothing;
 * ``key.json``: what ``python -m scalebook.grade --key`` needs (exercises, answer variables,
   points, which have variants, the roster, a fingerprint of the secret; not the secret);
 * ``answers.md``: the instructor's answer file: every student's variant and reference
@@ -142,15 +144,17 @@ def _vary(block, ex_id: str, params: dict, text: str, title: str = ""):
     title_line = _first_line(head)
     if title:                  # the variant's own title: "... on an A100", not the chapter's
         title_line = title_line.partition(" · ")[0] + " · " + title
-    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    head.source = (f"{title_line}\n\n{text}\n\n*Your variant: {shown}. These are your own "
-                   f"numbers, not the chapter's; the grader uses them whatever this notebook "
-                   f"says.*")
+    head.source = (f"{title_line}\n\n{text}\n\n*These are your own numbers, not the "
+                   f"chapter's; the grader uses them whatever this notebook says. The cell "
+                   f"below records your answer and says whether it is well-formed; whether "
+                   f"it is right, the grader decides.*")
     pattern = re.compile(_CHECK.format(id=re.escape(ex_id)))
     for cell in block[1:]:
         if cell.cell_type == "code" and pattern.search(_src(cell)):
-            cell.source = pattern.sub(lambda m: f'check("{ex_id}", {m.group(1)}, '
-                                                f'variant={json.dumps(params)})', _src(cell))
+            # the answer is recorded, never judged here: a check against the variant would
+            # hand its reference to whoever asks it
+            cell.source = pattern.sub(lambda m: f'from scalebook.exercises import record\n'
+                                                f'record("{ex_id}", {m.group(1)})', _src(cell))
     return block
 
 
@@ -166,7 +170,9 @@ def _notebook(title: str, student: str | None, ids: list[str], blocks: dict, con
               f"cell: the check says *correct*, *not yet* with a hint, or *not attempted yet*."]
     if varied:
         intro += ["", f"Exercises {', '.join(i for i in ids if i in varied)} use numbers drawn "
-                      f"for you: they differ from the chapter's and from your neighbours'."]
+                      f"for you: they differ from the chapter's and from your neighbours'. "
+                      f"Their cells record your answer and say whether it is well-formed (a "
+                      f"number, in the right unit); whether it is right, the grader decides."]
     intro += ["", "Hand in this notebook as it is. It is graded by re-running it from the top: "
                   "what it printed when you ran it does not count, only what your code does."]
     def is_setup(c):

@@ -20,16 +20,25 @@ How a grade is made, and why a student's code cannot make it:
    its kernel are killed). A cell that kills the kernel (or hangs it beyond an interrupt) is
    skipped and the notebook is run again, in a new kernel, without it.
 3. After the last cell the grader adds one cell of its own that reads each exercise's answer
-   *variable* (named by the key, not by the student's cells) and, for a function answer,
-   calls it on the check's test inputs (sent by the grader). It writes these plain values
-   (numbers, strings, tuples) to a file, one line per exercise as it goes.
-4. This process, not the kernel, checks those values with :func:`scalebook.exercises.core.evaluate`
-   imported from the installed package; for an exercise with variants it first re-derives
-   the student's variant from the instructor's secret and the student's id. A ``check`` the
-   student redefined, a printed "✔ Exercise 1.1: correct." and an edited output never reach
-   it; what the kernel can forge is only the answer itself. (Exercises of a kind whose check
-   must run next to the student's code, a program compiled on the mesh, are checked in the
-   student's kernel; their feedback says so.)
+   *variable* (named by the key, not by the student's cells). A value is sent back as it
+   is (numbers, strings, tuples). A function is called on the check's published inputs and
+   on inputs drawn for this student (from the instructor's secret; fresh random ones
+   without it), sent by the grader; what it returns is sent back. A program on the mesh is
+   not run there for a verdict: each case's program is exported (``jax.export``: its
+   StableHLO and shardings), or, for an answer that is data (PartitionSpecs), the data is
+   sent back. These answers go to a file, one line per exercise.
+4. The verdicts are made outside the kernel. Values are checked in this process with
+   :func:`scalebook.exercises.core.evaluate` from the installed package (with the
+   student's variant, re-derived from the secret and the student's id). Function and
+   program answers go to a second sandbox, the *checker*, which runs no student code: it
+   replays the recorded calls against the references, and compiles each exported program
+   itself, runs it on input values of its own (drawn per student) and reads the
+   collectives from what it compiled; a program that takes other shapes or shardings, or
+   calls anything but sharding markers (a host callback), is refused. A ``check`` the
+   student redefined, a patched registry, a printed "✔ Exercise 1.1: correct." and an
+   edited output never reach a verdict; what the kernel can forge is only the answer
+   itself. (One exercise, 9.8, counts the kernel's own compilations and is still checked
+   in the kernel; its feedback says so.)
 
 Writes, in ``--out`` (default ``grading/``): ``grades.csv`` (student, exercise, status,
 points), ``feedback/STUDENT.md`` (each exercise's status, message and hint, and what went
@@ -46,7 +55,8 @@ read-only, a read-only copy of this package (its SHA-256 in summary.md), a priva
 and one writable folder holding its own copy of the notebook and the answers file. The
 class folder, the grading output, other submissions, the checkout with its solutions and
 the secret are not mounted. The answers file is read without following links, at most 8
-MiB, and only as answers: every verdict but a mesh program's is made here.
+MiB, and only as answers; the checker's sandbox is built the same way around a folder
+holding only those answers and the grader's inputs.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def test_an_assignment_with_variants(tmp_path):
         nbformat.validate(nb)
         text = "\n".join(_cells(nb))
         params = draw_variant("1.1", SECRET, student)
-        assert f"check(\"1.1\", answer_1_1, variant={json.dumps(params)})" in text
+        assert 'record("1.1", answer_1_1)' in text and "variant=" not in text
+        assert json.dumps(params) not in text
         assert f"X[{params['B']}, {params['D']}]" in text          # the statement shows it
         assert 'check("1.8", answer_1_8)' in text and "### Exercise 1.9 ·" in text
         assert "from scalebook.exercises import check" in text      # the chapter's imports
@@ -246,3 +247,24 @@ def test_the_copy_report(tmp_path):
     assert "carol's answer is the right one for dave's variant" in report
     assert "the same wrong answer, 1234.5 | dave, erin" in report
     assert "frank" not in report and SECRET.decode() not in report
+
+
+def test_a_recorded_answer_is_checked_for_its_form_only(capsys):
+    """An assignment's variant cell never says whether the answer is right: the right
+    answer to the chapter's numbers and a wrong one get the same words."""
+    from scalebook.exercises import record
+    record("1.1", get_exercise("1.1").reference())
+    right = capsys.readouterr().out
+    record("1.1", 2 * get_exercise("1.1").reference())
+    wrong = capsys.readouterr().out
+    assert right == wrong and right.startswith("✎ Exercise 1.1: recorded: a number (in s).")
+    record("1.1", "fast")
+    assert "expected a number (in s)" in capsys.readouterr().out
+    record("1.1", ...)
+    assert capsys.readouterr().out.startswith("… Exercise 1.1: not attempted")
+    record("1.4", 1.5)
+    assert "whole number" in capsys.readouterr().out
+    record("1.1", 1e9)
+    assert "10,000x" in capsys.readouterr().out
+    record("1.8", "memory")
+    assert "one of the choices" in capsys.readouterr().out

@@ -19,10 +19,10 @@ scalebook, never typed in. ``python tools/scaffold.py`` writes a new exercise or
 
 from .core import (CORRECT, MARKS, STATUSES, UNANSWERED, WRONG, Exercise, Result, chapter_ids,
                    check, evaluate, exercise_ids, get_exercise, normalise_id, parse_results,
-                   register)
+                   record, register)
 from .kinds import ChoiceExercise, CodeExercise, MeshProgramExercise, NumericExercise, as_number
 
-__all__ = ["check", "evaluate", "Result", "Exercise", "register", "get_exercise", "exercise_ids",
+__all__ = ["check", "record", "evaluate", "Result", "Exercise", "register", "get_exercise", "exercise_ids",
            "chapter_ids", "normalise_id", "parse_results", "NumericExercise", "CodeExercise",
            "ChoiceExercise", "MeshProgramExercise", "as_number", "CORRECT", "WRONG", "UNANSWERED",
            "STATUSES", "MARKS"]

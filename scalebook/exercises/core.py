@@ -25,7 +25,7 @@ from ..errors import UnknownNameError
 __all__ = ["CORRECT", "WRONG", "UNANSWERED", "STATUSES", "MARKS", "Result", "Exercise",
            "register", "get_exercise", "exercise_ids", "chapter_ids", "evaluate", "check",
            "normalise_id", "parse_results", "HintError", "strict_checks", "variant_seed",
-           "draw_variant"]
+           "draw_variant", "record", "well_formed"]
 
 CORRECT, WRONG, UNANSWERED = "correct", "wrong", "not attempted"
 STATUSES = (CORRECT, WRONG, UNANSWERED)
@@ -218,3 +218,50 @@ def check(exercise_id: Any, answer: Any, variant: dict | None = None) -> None:
     """Print whether ``answer`` to exercise ``exercise_id`` is correct, with a hint if not.
     An assignment's notebook passes its ``variant`` (see :func:`evaluate`)."""
     print(evaluate(exercise_id, answer, variant=variant))
+
+
+def well_formed(exercise_id: Any, answer: Any) -> tuple[bool, str]:
+    """Whether ``answer`` has the form the exercise wants (a finite number, a whole number,
+    one of the choices, a function), and a sentence saying so. Never compares it with the
+    reference: an assignment's variant is judged by the grader alone."""
+    from .kinds import ChoiceExercise, NumericExercise, _too_big, as_number
+
+    ex = get_exercise(exercise_id)
+    if answer is Ellipsis:
+        return False, "not attempted yet: replace ... with your answer."
+    if isinstance(ex, NumericExercise):
+        unit = f" (in {ex.unit})" if ex.unit else ""
+        big = _too_big(answer)
+        if big:
+            return False, f"that is {big}"
+        value = as_number(answer)
+        if value is None:
+            return False, f"expected a number{unit}, got {type(answer).__name__} {answer!r:.60}."
+        if value != value or value in (float("inf"), float("-inf")):
+            return False, f"expected a finite number, got {value}."
+        if ex.integer and value != round(value):
+            return False, f"expected a whole number{unit}, got {value}."
+        own = float(ex.reference())      # the chapter's numbers, never the variant's
+        if own and value and ((value > 0) != (own > 0)):
+            return False, "the sign looks wrong for this quantity."
+        if own and value and not 1e-4 <= abs(value / own) <= 1e4:
+            return True, (f"recorded: a number{unit}, but more than 10,000x away from the size "
+                          f"this quantity has with the chapter's numbers: check the units.")
+        return True, f"recorded: a number{unit}."
+    if isinstance(ex, ChoiceExercise):
+        if not isinstance(answer, str) or answer.strip().lower() not in ex.choices:
+            return False, f"answer with one of {', '.join(map(repr, ex.choices))}."
+        return True, "recorded: one of the choices."
+    if not callable(answer):
+        return False, f"expected a function, got {type(answer).__name__}."
+    return True, "recorded: a function."
+
+
+def record(exercise_id: Any, answer: Any) -> None:
+    """An assignment's answer cell for an exercise with the student's own numbers: says
+    whether the answer is well-formed, never whether it is right (the grader decides, from
+    numbers it re-derives)."""
+    ok, message = well_formed(exercise_id, answer)
+    mark = "✎" if ok else MARKS[UNANSWERED if answer is Ellipsis else WRONG]
+    print(f"{mark} Exercise {normalise_id(exercise_id)}: {message}"
+          + (" The grader checks it with your own numbers." if ok else ""))
