@@ -113,6 +113,28 @@ answer_1_11 = answer_1_2
 print(answer_1_2)
 raise RuntimeError(" ".join(x for x in found if "SECRET" in x or "NOTE" in x)[:150])
 """,
+        # patch the checks and empty the registry, then answer with wrong functions
+        "registry": """
+from scalebook.exercises import core, kinds
+ok = lambda self, *a, **k: core.Result(self.id, "correct", "patched")
+for kind in (kinds.CodeExercise, kinds.NumericExercise, kinds.ChoiceExercise):
+    kind.evaluate = ok
+core.evaluate = lambda *a, **k: core.Result(a[0], "correct", "patched")
+core._REGISTRY.clear()
+matmul_time_bounds = lambda *a: (0.0, 0.0, 0.0)
+smallest_compute_bound_batch = lambda *a: 1
+answer_1_1 = 1.0
+""",
+        # a lookup table of the published cases' answers (the chapter prints the cases)
+        "lookup": """
+from scalebook.exercises import get_exercise
+tables = {}
+for ex_id in ("1.9", "1.10"):
+    ex = get_exercise(ex_id)
+    tables[ex_id] = {tuple(c): ex.reference(*c) for c in ex.cases}
+matmul_time_bounds = lambda *a: tables["1.9"].get(tuple(a), (0.0, 0.0, 0.0))
+smallest_compute_bound_batch = lambda *a: tables["1.10"].get(tuple(a), 1)
+""",
         # a flood of output: 400 MB printed, which the grader must not hold
         "flood": """
 import sys
@@ -159,11 +181,12 @@ def test_the_honest_student_keeps_full_marks_and_no_attack_earns_a_point(attacke
     rows = _rows(attacked["out"])
     honest = [v for (s, _), v in rows.items() if s == "honest"]
     assert len(honest) == 11 and all(status == "correct" for status, _ in honest)
-    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links", "flood"):
+    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links", "flood", "registry",
+                 "lookup"):
         points = [p for (s, _), (_, p) in rows.items() if s == name]
         assert len(points) == 11 and sum(points) == 0, name
     assert {s for s, _ in rows} == {"honest", "forge", "daemon", "vandal", "backdoor", "spy",
-                                    "links", "flood"}
+                                    "links", "flood", "registry", "lookup"}
 
 
 def test_nothing_outside_the_sandbox_changed_and_nothing_outlived_it(attacked):
@@ -193,7 +216,7 @@ def test_the_summary_names_the_package_that_graded(attacked):
 
 
 def test_the_red_team_run_is_quick(attacked):
-    # 8 notebooks, 2 at a time: well under the two minutes the issue allows
+    # 10 notebooks, 2 at a time: well under the two minutes the issue allows
     assert attacked["seconds"] < 120
 
 
