@@ -37,8 +37,8 @@ How a grade is made, and why a student's code cannot make it:
    calls anything but sharding markers (a host callback), is refused. A ``check`` the
    student redefined, a patched registry, a printed "✔ Exercise 1.1: correct." and an
    edited output never reach a verdict; what the kernel can forge is only the answer
-   itself. (One exercise, 9.8, counts the kernel's own compilations and is still checked
-   in the kernel; its feedback says so.)
+   itself. (9.8, whose check counted the kernel's compilations, is judged from its
+   exported update too: lr must be an input of the one program.)
 
 Writes, in ``--out`` (default ``grading/``): ``grades.csv`` (student, exercise, status,
 points), ``feedback/STUDENT.md`` (each exercise's status, message and hint, and what went
@@ -437,7 +437,7 @@ def _how(ex_id: str) -> str:
         return "value"
     if isinstance(ex, CodeExercise):
         return "function"
-    if isinstance(ex, MeshProgramExercise):
+    if isinstance(ex, MeshProgramExercise) or hasattr(ex, "evaluate_exported"):
         return "program"
     return "kernel"
 

@@ -121,3 +121,21 @@ def test_partition_spec_answers_are_data_and_the_checker_builds_the_program(tmp_
     assert judged("10.8", rec)[0] == "correct"
     wrong = collect("10.8", lambda: P("data", "model", None, None), tmp_path)
     assert judged("10.8", wrong)[0] == "wrong"
+
+
+UPDATES = [lambda: jax.jit(lambda w, g, lr: w - lr * g),
+           lambda: jax.jit(lambda w, g, lr: w - lr * g, static_argnums=2),
+           lambda: (lambda w, g, lr: w - lr * g),
+           lambda: jax.jit(lambda w, g, lr: w + lr * g),
+           lambda: None, lambda: 1 / 0, lambda: 3]
+
+
+@pytest.mark.parametrize("answer", UPDATES, ids=[str(i) for i in range(len(UPDATES))])
+def test_compile_once_is_judged_from_the_exported_update(answer, tmp_path):
+    """9.8 counted the kernel's compilations; the checker reads whether lr is an input of
+    the exported program, and runs it with learning rates of its own."""
+    want = evaluate("9.8", answer)
+    status, message, _ = judged("9.8", collect("9.8", answer, tmp_path))
+    assert status == want.status
+    for word in ("static", "jitted", "wrong numbers", "not attempted", "raised", "correct"):
+        assert (word in message) == (word in want.message) or word == "raised"

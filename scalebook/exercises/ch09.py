@@ -433,53 +433,139 @@ class _CompileOnceExercise(Exercise):
     shapes: tuple = ((4, 8), (16,))
     hints: list = field(default_factory=list)
 
-    def evaluate(self, answer):
-        import jax
-        import numpy as np
-
+    def _update(self, answer):
+        """The student's update function, or the Result that says why there is none."""
         if answer is Ellipsis or answer is None:
-            return self._result(UNANSWERED, "not attempted yet: write make_update, then run "
-                                            "this cell.")
+            return None, self._result(UNANSWERED, "not attempted yet: write make_update, then "
+                                                  "run this cell.")
         if not callable(answer):
-            return self._result(WRONG, f"expected a function make_update(), got "
-                                       f"{type(answer).__name__}.")
+            return None, self._result(WRONG, f"expected a function make_update(), got "
+                                             f"{type(answer).__name__}.")
         try:
             update = answer()
         except Exception as e:
-            return self._result(WRONG, f"make_update() raised {type(e).__name__}: {e}")
+            return None, self._result(WRONG, f"make_update() raised {type(e).__name__}: {e}")
         if update is None:
-            return self._result(UNANSWERED, "not attempted yet: make_update() returns None.")
+            return None, self._result(UNANSWERED, "not attempted yet: make_update() returns "
+                                                  "None.")
         if not callable(update):
-            return self._result(WRONG, "make_update() must return a function update(w, g, lr).")
+            return None, self._result(WRONG, "make_update() must return a function "
+                                             "update(w, g, lr).")
         if not hasattr(update, "lower"):
-            return self._result(WRONG, "not yet: return a jitted function (jax.jit(...)), so "
-                                       "that the update is one compiled program.")
+            return None, self._result(WRONG, "not yet: return a jitted function (jax.jit(...)), "
+                                             "so that the update is one compiled program.")
+        return update, None
+
+    def _inputs(self, shape, seed):
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        return (rng.standard_normal(shape).astype(np.float32),
+                rng.standard_normal(shape).astype(np.float32))
+
+    def _wrong_numbers(self, got, w, g, lr):
+        import numpy as np
+        got = np.asarray(got)
+        if got.shape != w.shape or not np.allclose(got, w - lr * g, rtol=1e-5, atol=1e-6):
+            return self._result(WRONG, f"not yet: wrong numbers for lr={lr} (expected w - lr * g).")
+        return None
+
+    def _static(self, extra):
+        return self._result(WRONG, f"not yet: {len(self.lrs)} new learning rates compiled "
+                                   f"{extra} new programs. lr is static (static_argnums/"
+                                   f"static_argnames, or closed over and re-jitted): pass it as "
+                                   f"an ordinary argument so JAX traces it.")
+
+    def _done(self):
+        return self._result(CORRECT, f"correct: right numbers, and {len(self.lrs)} learning "
+                                     f"rates on {len(self.shapes)} shapes compiled once per "
+                                     f"shape.")
+
+    def evaluate(self, answer):
+        import jax
+
+        update, result = self._update(answer)
+        if result is not None:
+            return result
         for shape in self.shapes:
-            rng = np.random.default_rng(len(shape))
-            w = rng.standard_normal(shape).astype(np.float32)
-            g = rng.standard_normal(shape).astype(np.float32)
+            w, g = self._inputs(shape, len(shape))
             try:
                 jax.block_until_ready(update(w, g, 0.5))          # the one compilation
                 n0 = profiling.compilations()
                 for lr in self.lrs:
-                    got = np.asarray(update(w, g, lr))
-                    if got.shape != w.shape or not np.allclose(got, w - lr * g, rtol=1e-5,
-                                                               atol=1e-6):
-                        return self._result(WRONG, f"not yet: wrong numbers for lr={lr} "
-                                                   f"(expected w - lr * g).")
+                    wrong = self._wrong_numbers(update(w, g, lr), w, g, lr)
+                    if wrong:
+                        return wrong
                 extra = profiling.compilations() - n0
             except Exception as e:
                 return self._result(WRONG, f"your function raised {type(e).__name__}: "
                                            f"{str(e)[:300]}")
             if extra:
-                return self._result(WRONG, f"not yet: {len(self.lrs)} new learning rates "
-                                           f"compiled {extra} new programs. lr is static "
-                                           f"(static_argnums/static_argnames, or closed over "
-                                           f"and re-jitted): pass it as an ordinary "
-                                           f"argument so JAX traces it.")
-        return self._result(CORRECT, f"correct: right numbers, and {len(self.lrs)} learning "
-                                     f"rates on {len(self.shapes)} shapes compiled once per "
-                                     f"shape.")
+                return self._static(extra)
+        return self._done()
+
+    # the grader's halves: the kernel exports the update, the checker judges the export
+    def export_programs(self, answer) -> list:
+        import base64
+
+        import jax
+
+        update, result = self._update(answer)
+        if result is not None:
+            return [{"result": [result.status, result.message]}]
+        out = []
+        for shape in self.shapes:
+            w, g = self._inputs(shape, len(shape))
+            try:
+                exp = jax.export.export(update)(w, g, 0.5)
+                out.append({"program": base64.b64encode(exp.serialize()).decode()})
+            except Exception as e:
+                out.append({"error": f"{type(e).__name__}: {str(e)[:300]}"})
+        return out
+
+    def evaluate_exported(self, records, seed: int):
+        import base64
+
+        import jax
+        import numpy as np
+
+        from .kinds import _unsafe_calls
+
+        if (isinstance(records, list) and len(records) == 1 and isinstance(records[0], dict)
+                and "result" in records[0]):
+            status, message = (list(records[0]["result"]) + ["", ""])[:2]
+            if status in (UNANSWERED, WRONG):       # a refusal: the kernel cannot earn by it
+                return self._result(status, str(message))
+        if not isinstance(records, list) or len(records) != len(self.shapes):
+            return self._result(WRONG, "the update could not be read back from your notebook.")
+        rng = np.random.default_rng(seed)
+        lrs = [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs))]
+        for shape, rec in zip(self.shapes, records):
+            if not isinstance(rec, dict) or "program" not in rec:
+                text = rec.get("error", "?") if isinstance(rec, dict) else "?"
+                return self._result(WRONG, f"your function raised {str(text)[:300]}")
+            try:
+                exp = jax.export.deserialize(bytearray(base64.b64decode(rec["program"])))
+                unsafe = _unsafe_calls(exp.mlir_module())
+                if unsafe:
+                    return self._result(WRONG, f"not yet: the program calls {unsafe}, which "
+                                               f"the grader does not run.")
+                avals = [(tuple(a.shape), str(a.dtype)) for a in exp.in_avals]
+                if avals[:2] != [(shape, "float32")] * 2 or len(avals) > 3:
+                    return self._result(WRONG, f"not yet: the update takes {avals}, expected "
+                                               f"w and g of shape {shape} and lr.")
+                if len(avals) == 2 or avals[2][0] != ():       # lr baked into the program
+                    return self._static(len(self.lrs))
+                w, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+                run = jax.jit(exp.call)
+                for lr in lrs:
+                    wrong = self._wrong_numbers(run(w, g, np.float32(lr)), w, g, np.float32(lr))
+                    if wrong:
+                        return self._result(WRONG, "not yet: wrong numbers for a learning rate "
+                                                   "of the grader's (expected w - lr * g).")
+            except Exception as e:
+                return self._result(WRONG, f"the update could not be run: "
+                                           f"{type(e).__name__}: {str(e)[:200]}")
+        return self._done()
 
 
 register(_CompileOnceExercise(id="9.8", title="Compile once"))
