@@ -228,3 +228,24 @@ def test_the_graders_stand_in_keeps_a_stub_apart_from_a_missing_return():
     assert evaluate("1.10", grade._replay(calls, cases, stub=True)).status == "not attempted"
     r = evaluate("1.10", grade._replay(calls, cases, stub=False))
     assert r.status == "wrong" and "no return" in r.message, r
+
+
+def test_answers_in_float32_are_judged_at_float32_precision():
+    """A right answer computed with jnp in float32 is right (issue 25: 7.11 said "wrong
+    result (got Array(3.3616, dtype=float32))"); a whole-number answer from a float
+    computation is read as the whole number, and says so."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from scalebook.exercises.kinds import dtype_rtol, same_number
+
+    assert dtype_rtol(1.0) == 0 and dtype_rtol(np.float64(1)) == 0 and dtype_rtol(3) == 0
+    assert 0 < dtype_rtol(np.float32(1)) < 1e-6 and dtype_rtol(jnp.bfloat16(1)) > 1e-3
+    assert same_number(np.float32(405_853_388_800), 405_853_388_800)
+    assert not same_number(405_853_388_801.0, 405_853_388_800)
+    assert not same_number(np.float32(405_853_388_800 * (1 + 1e-5)), 405_853_388_800)
+    f32 = jnp.float32(get_exercise("1.1").reference())
+    assert evaluate("1.1", f32).correct
+    r = evaluate("1.4", get_exercise("1.4").reference() + 3.3e-10)
+    assert r.correct and "read" in r.message
+    assert not evaluate("1.4", get_exercise("1.4").reference() + 0.4).correct

@@ -22,7 +22,7 @@ from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, stric
 
 __all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
            "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something",
-           "is_stub"]
+           "is_stub", "dtype_rtol", "same_number"]
 
 NO_RETURN = "your function has no return (it returned None)"
 
@@ -57,6 +57,36 @@ def as_number(x):
             return None
         return as_number(v) if not isinstance(v, bool) else None
     return None
+
+
+def dtype_rtol(x) -> float:
+    """The relative precision of the number type ``x`` came in: 0 for Python numbers and
+    64-bit floats and integers (compare at the exercise's tolerance), a few units in the
+    last place for float32, float16 and bfloat16 (a right answer computed with jnp in
+    float32 is right)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return 0.0
+    import numpy as np
+    try:
+        if np.issubdtype(dtype, np.floating) or "bfloat16" in str(dtype):
+            eps = float(np.finfo(dtype).eps) if "bfloat16" not in str(dtype) else 2.0 ** -7
+            return 0.0 if eps < 1e-15 else 4 * eps
+    except TypeError:
+        pass
+    return 0.0
+
+
+def same_number(got, want) -> bool:
+    """``got`` equals the exact ``want`` (a count, a whole number) at the precision of the
+    type it came in: exact for Python and 64-bit numbers, float32's precision for float32."""
+    g = as_number(got)
+    if g is None:
+        return False
+    if g == want:
+        return True
+    rtol = dtype_rtol(got)
+    return bool(rtol) and math.isclose(g, float(want), rel_tol=rtol)
 
 
 def _too_big(x) -> str | None:
@@ -171,14 +201,21 @@ class NumericExercise(Exercise):
         if not math.isfinite(value):
             return self._result(WRONG, f"expected a finite number, got {value}.")
         expected = float(self.reference())
+        read_as = ""
         if self.integer:
-            if value != round(value):
+            whole = round(value)
+            # 326.00000000033 is 326 written by a float computation; 326.4 is not whole
+            if abs(value - whole) > max(1e-9 * max(1.0, abs(value)), dtype_rtol(answer) * abs(value)):
                 return self._result(WRONG, f"expected a whole number{self._unit_words()}, got {value}.")
-            ok = round(value) == round(expected)
+            if value != whole:
+                read_as = f" (read {value!r} as {whole})"
+            value = float(whole)
+            ok = whole == round(expected)
         else:
-            ok = math.isclose(value, expected, rel_tol=self.rtol, abs_tol=0.0)
+            rtol = max(self.rtol, dtype_rtol(answer))
+            ok = math.isclose(value, expected, rel_tol=rtol, abs_tol=0.0)
         if ok:
-            return self._result(CORRECT, "correct.")
+            return self._result(CORRECT, "correct." + read_as)
         for predicate, message in self.hints:      # a specific mistake first
             if _hint_applies(predicate, value):
                 return self._result(WRONG, "not yet: " + message)
@@ -345,7 +382,8 @@ class CodeExercise(Exercise):
         g = as_number(got)
         if g is None:
             return False
-        return math.isclose(g, float(want), rel_tol=self.rtol, abs_tol=1e-300)
+        rtol = max(self.rtol, dtype_rtol(got))
+        return math.isclose(g, float(want), rel_tol=rtol, abs_tol=1e-300)
 
     def _unit_hint(self, got, want) -> str | None:
         """The generic ratio hint when every number returned is off by the same factor."""
