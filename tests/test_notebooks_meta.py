@@ -166,3 +166,16 @@ def test_toc_lists_every_page():
     toc = (ROOT / "_toc.yml").read_text()
     for path in ALL:
         assert f"file: {path.parent.name}/{path.stem}\n" in toc, f"{path} is not in _toc.yml"
+
+
+MYST_ROLE = re.compile(r"\{[a-z][\w:-]*\}`")
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_myst_role_shows_raw_in_a_notebook(path):
+    """Colab and Jupyter show a MyST role such as {cite}`llama3` as raw text: a notebook's
+    Markdown cites with links (the site's bibliography page lists every work)."""
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] == "markdown":
+            found = MYST_ROLE.findall(src(cell))
+            assert not found, f"cell {i} has the MyST role(s) {found}"
