@@ -338,7 +338,8 @@ def test_4_1_a_variant_with_fewer_kv_heads_and_its_own_slips():
 
 def test_4_5_a_variant_names_its_own_mfu():
     v = {"chip": "gpu-b200", "gpus": 8192, "mfu": 0.30}
-    days = training_flops(M405, 15.6e12) / (8192 * get_chip("gpu-b200").bf16_flops * 0.30) / 86400
+    peak = get_chip("gpu-b200").bf16_flops
+    days = training_flops(M405, 15.6e12) / (8192 * peak * 0.30) / 86400
     assert ok_v("4.5", days, v)
     assert "30%" in evaluate("4.5", days * 0.30, variant=v).message
 

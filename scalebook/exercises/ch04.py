@@ -144,8 +144,10 @@ def _ex4_hints(model, tokens):
     return [
         (lambda a: _close(a, flops / 3), "that is the forward pass only (2 N per token); "
                                          "the backward pass costs twice the forward."),
-        (lambda a: _close(a, flops * 2 / 3), "that is the backward pass only; add the forward."),
-        (lambda a: _close(a, flops / 6), "that is N N_tok; each parameter costs 6 FLOPs per training token."),
+        (lambda a: _close(a, flops * 2 / 3),
+         "that is the backward pass only; add the forward."),
+        (lambda a: _close(a, flops / 6),
+         "that is N N_tok; each parameter costs 6 FLOPs per training token."),
     ]
 
 
@@ -286,8 +288,8 @@ def _ex8_hints(**p):
 
 
 register(VariedNumericExercise(
-    id="4.8", title="Largest 8K-context batch for 70B on 8 H100s", unit="sequences", integer=True,
-    params=dict(_OWN_48),
+    id="4.8", title="Largest 8K-context batch for 70B on 8 H100s", unit="sequences",
+    integer=True, params=dict(_OWN_48),
     choose={"model": _MODELS, "chip": _GPUS, "gpus": (4, 8, 16),
             "context": (4096, 8192, 16_384, 32_768)},
     solve=lambda **p: _max_batch(**p), hints_for=_ex8_hints,
@@ -577,10 +579,14 @@ def _batch_416(w_bpe=1, kv_bpe=0.5, n_params=None, hbm_bytes=None, weights=True,
 
 def _ex16_hints(**p):
     return [
-        (lambda a: a == _batch_416(kv_bpe=2, **p), "that is a bf16 cache; int4 is half a byte."),
-        (lambda a: a == _batch_416(kv_bpe=1, **p), "that is an 8-bit cache; int4 is half a byte."),
-        (lambda a: a == _batch_416(w_bpe=2, **p), "the weights are fp8 here: 1 byte each, not 2."),
-        (lambda a: a == _batch_416(weights=False, **p), "the weights take their share of HBM first."),
+        (lambda a: a == _batch_416(kv_bpe=2, **p),
+         "that is a bf16 cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(kv_bpe=1, **p),
+         "that is an 8-bit cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(w_bpe=2, **p),
+         "the weights are fp8 here: 1 byte each, not 2."),
+        (lambda a: a == _batch_416(weights=False, **p),
+         "the weights take their share of HBM first."),
         (lambda a: a == _batch_416(hbm_bytes=get_chip(p["chip"]).hbm_bytes / 1e9 * 2**30, **p),
          "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
         (lambda a: a == _batch_416(**p) + 1,

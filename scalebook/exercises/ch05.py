@@ -91,10 +91,12 @@ def _ex2(stage=2, model="llama3-8b", n=16):
 
 def _ex2_hints(model, n):
     return [
-        (lambda a: _close(a, _ex2(1, model, n)), "that is ZeRO-1: stage 2 shards the gradients too."),
-        (lambda a: _close(a, _ex2(3, model, n)), "that is ZeRO-3 (FSDP): at stage 2 every chip "
-         "still holds all the bf16 weights."),
-        (lambda a: _close(a, _ex2(0, model, n)), "that is plain data parallelism: nothing sharded."),
+        (lambda a: _close(a, _ex2(1, model, n)),
+         "that is ZeRO-1: stage 2 shards the gradients too."),
+        (lambda a: _close(a, _ex2(3, model, n)),
+         "that is ZeRO-3 (FSDP): at stage 2 every chip still holds all the bf16 weights."),
+        (lambda a: _close(a, _ex2(0, model, n)),
+         "that is plain data parallelism: nothing sharded."),
     ]
 
 
@@ -304,8 +306,9 @@ def _ex9(kv=None, model="llama3-70b", chip="tpu-v5e"):
 def _ex9_hints(model, chip):
     m = get_model(model)
     return [
-        (lambda a: _close(a, _ex9(m.n_heads, model, chip)), "LLaMA-3 uses grouped-"
-         f"query attention: only H_kv = {m.n_kv_heads} key/value heads travel around the ring."),
+        (lambda a: _close(a, _ex9(m.n_heads, model, chip)),
+         f"LLaMA-3 uses grouped-query attention: only H_kv = {m.n_kv_heads} key/value heads "
+         f"travel around the ring."),
         (lambda a: _close(a, _ex9(None, model, chip) / 2), "both K and V blocks travel: "
          "2 S K h s bytes."),
     ]
