@@ -9,7 +9,7 @@ import math
 import pytest
 
 from exercise_harness import standard_tests
-from scalebook.exercises import chapter_ids, evaluate
+from scalebook.exercises import chapter_ids, evaluate, get_exercise
 from scalebook.hardware import get_chip
 
 # LLaMA-3 shapes (facts.md §1.1): L, d, H, K, h, F, V
@@ -320,3 +320,72 @@ def _p(L, d, H, K, h, F, V, tied, norms=True, kv_heads=None, q_dim=None, head=No
 def test_4_12_each_hint_is_reached(mistake, answer, words):
     r = evaluate("4.12", answer)
     assert r.status == "wrong" and words in r.message, (mistake, r)
+
+
+# ------------------------------------------------------------------------------------------
+# Variants (assignments draw other numbers per student): worked by hand like the above
+# ------------------------------------------------------------------------------------------
+
+def test_4_1_a_variant_with_fewer_kv_heads_and_its_own_slips():
+    v = {"model": "llama3-405b", "kv_heads": 1}
+    m = dict(M405, K=1)
+    assert ok_v("4.1", attention_params(m), v) and not ok_v("4.1", RIGHT["4.1"], v)
+    assert "grouped-query" in evaluate("4.1", 4 * m["d"] * m["H"] * m["h"], variant=v).message
+    assert "126 layers" in evaluate("4.1", attention_params(m) * 126, variant=v).message
+    text = get_exercise("4.1").with_variant(v).text()
+    assert "LLaMA-3 405B" in text and "1 key/value head (multi-query" in text
+
+
+def test_4_5_a_variant_names_its_own_mfu():
+    v = {"chip": "gpu-b200", "gpus": 8192, "mfu": 0.30}
+    peak = get_chip("gpu-b200").bf16_flops
+    days = training_flops(M405, 15.6e12) / (8192 * peak * 0.30) / 86400
+    assert ok_v("4.5", days, v)
+    assert "30%" in evaluate("4.5", days * 0.30, variant=v).message
+
+
+def test_4_8_a_variant_and_its_slips():
+    v = {"model": "llama3-405b", "chip": "gpu-h200", "gpus": 16, "context": 32768}
+    hbm = get_chip("gpu-h200").hbm_bytes
+    per_seq = kv_bytes_per_token(M405) * 32768
+    right = math.floor((16 * hbm - 2 * n_params(**M405)) / per_seq)
+    assert ok_v("4.8", right, v) and not ok_v("4.8", RIGHT["4.8"], v)
+    assert "share of HBM" in evaluate("4.8", math.floor(16 * hbm / per_seq), variant=v).message
+    # here the nominal 405e9 gives the right batch: one too many has its own hint
+    assert math.floor((16 * hbm - 2 * 405e9) / per_seq) == right
+    assert "round down" in evaluate("4.8", right + 1, variant=v).message
+
+
+def test_4_14_a_variant_with_four_experts_per_token():
+    v = {"model": "llama3-8b", "E": 64, "k": 4}
+    mlp, router = 3 * M8["d"] * M8["F"], M8["L"] * M8["d"] * 64
+    active = n_params(**M8) + M8["L"] * 3 * mlp + router
+    assert ok_v("4.14", active, v)
+    assert "other 3 experts" in evaluate("4.14", n_params(**M8), variant=v).message
+    assert "D x 64" in evaluate("4.14", active - router // M8["L"], variant=v).message
+
+
+def test_4_16_a_variant_and_its_slips():
+    v = {"model": "llama3-8b", "chip": "gpu-h100", "gpus": 2, "context": 65536}
+    kv = 2 * M8["L"] * M8["K"] * M8["h"] * 65536
+    N8 = n_params(**M8)
+    right = math.floor((2 * HBM - N8) / (kv * 0.5))
+    assert ok_v("4.16", right, v)
+    assert "bf16 cache" in evaluate("4.16", math.floor((2 * HBM - N8) / (kv * 2)),
+                                    variant=v).message
+    assert "not 8e9" in evaluate("4.16", right + 1, variant=v).message
+
+
+def ok_v(i, a, variant):
+    return evaluate(i, a, variant=variant).status == "correct"
+
+
+@pytest.mark.parametrize("ex,right", [
+    ("4.11", lambda L, K, h, b, T, s: 2 * L * K * h * b * T * s),
+    ("4.12", lambda L, d, H, K, h, F, V, tied: n_params(L, d, H, K, h, F, V, tied)),
+])
+def test_drawn_inputs_pass_a_right_function(ex, right):
+    e = get_exercise(ex)
+    cases = e.drawn_cases(b"ch04", n=40)
+    assert all(e._equal(right(*c), e.reference(*c)) for c in cases)
+    assert evaluate(ex, right).correct

@@ -290,3 +290,67 @@ def test_stubs_are_not_attempted():
         ...
     for ex in ("5.13", "5.14", "5.15", "5.16", "5.17"):
         assert evaluate(ex, stub).status == "not attempted", ex
+
+
+# ------------------------------------------------------------------------------------------
+# Variants (assignments draw other numbers per student): worked by hand like the above
+# ------------------------------------------------------------------------------------------
+N70 = 70_553_706_496
+v4 = get_chip("tpu-v4")
+
+
+def _v(ex, answer, variant):
+    return evaluate(ex, answer, variant=variant)
+
+
+def test_5_1_a_variant_keeps_its_own_n_minus_1_over_n():
+    v = {"chip": "tpu-v5p", "chips": 16}
+    right = 15 / 16 * 2 * v5p.bf16_flops / (4 * v5p.ici_link_bandwidth)
+    assert _v("5.1", right, v).correct and not _v("5.1", RIGHT["5.1"], v).correct
+    assert "15/16" in _v("5.1", right * 16 / 15, v).message
+
+
+def test_5_3_a_variant_on_a_v4_and_its_slips():
+    v = {"model": "llama3-70b", "chip": "tpu-v4", "left": 0.5}
+    right = math.ceil(16 * N70 / (0.5 * 32 * GiB))
+    assert _v("5.3", right, v).correct
+    assert "v4's HBM is 32 GiB" in _v("5.3", math.ceil(16 * N70 / (0.5 * 32e9)), v).message
+    assert "leave 50%" in _v("5.3", math.ceil(16 * N70 / (32 * GiB)), v).message
+    assert "round up" in _v("5.3", right - 1, v).message
+
+
+def test_5_6_a_variant_and_its_slips():
+    v = {"P": 8, "target": 0.05}                  # 7 / (N + 7) <= 0.05  ->  N >= 133
+    assert _v("5.6", 133, v).correct
+    assert "P - 1 stages" in _v("5.6", 152, v).message          # 8 x 0.95 / 0.05
+    assert "<= 0.05" in _v("5.6", 140, v).message               # 7 / 0.05
+    assert "still above 5%" in _v("5.6", 132, v).message
+
+
+def test_5_7_a_variant_without_a_capacity_factor_hint():
+    v = {"tokens": 8192, "E": 16, "k": 2, "cf": 1.0}
+    assert _v("5.7", 8192 * 2 // 16, v).correct
+    assert "k = 2" in _v("5.7", 8192 // 16, v).message
+    assert not any("capacity factor" in m for _, m in get_exercise("5.7").with_variant(v).hints)
+
+
+def test_5_9_a_variant_on_gpus_uses_all_of_nvlink():
+    v = {"model": "llama3-8b", "chip": "gpu-h100"}
+    right = 2 * h100.bf16_flops * 8 / (2 * h100.ici_bandwidth * 32)
+    assert _v("5.9", right, v).correct
+    assert "NVLink" in get_exercise("5.9").with_variant(v).text()
+    assert "grouped-query" in _v("5.9", right * 4, v).message
+
+
+def test_5_12_a_variant():
+    v = {"B": 2 ** 22, "n": 1024, "model": "llama3-8b"}
+    right = math.sqrt(2 ** 22 * 1024 / 14336)
+    assert _v("5.12", right, v).correct
+    assert "tensor-parallel degree" in _v("5.12", 1024 / right, v).message
+    assert "$2^{22}$" in get_exercise("5.12").with_variant(v).text()
+
+
+def test_5_16_drawn_inputs_pass_a_right_schedule():
+    ex = get_exercise("5.16")
+    for args in ex.drawn_cases(b"ch05", n=30):
+        assert ex._equal(orders_handmade(*args), ex.reference(*args)), args

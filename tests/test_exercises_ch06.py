@@ -42,11 +42,35 @@ def state_bytes_bf16_whole(n_params, tp, fsdp, pp):     # bf16 weights not shard
 
 def good_sharding(model, chip, n, B):
     # hand-picked: TP inside a server or a small ICI group, FSDP for the rest
-    table = {("llama3-70b", "gpu-h100", 128): dict(tp=8, fsdp=8, dp=2, microbatches=16),
-             ("llama3-8b", "tpu-v5p", 256): dict(tp=1, fsdp=16, dp=16),
-             ("llama3-70b", "tpu-v5p", 1024): dict(tp=4, fsdp=8, dp=32, microbatches=2),
-             ("llama3-405b", "tpu-v5p", 4096): dict(tp=8, fsdp=64, dp=8, microbatches=4)}
-    return table[(model, chip, n)]
+    table = {("llama3-70b", "gpu-h100", 128, 2**22): dict(tp=8, fsdp=8, dp=2, microbatches=16),
+             ("llama3-8b", "tpu-v5p", 256, 2**22): dict(tp=1, fsdp=16, dp=16),
+             ("llama3-70b", "tpu-v5p", 1024, 2**22): dict(tp=4, fsdp=8, dp=32, microbatches=2),
+             ("llama3-405b", "tpu-v5p", 4096, 2**24): dict(tp=8, fsdp=64, dp=8, microbatches=4)}
+    if (model, chip, n, B) in table:
+        return table[(model, chip, n, B)]
+    return rule_sharding(model, chip, n, B)      # the inputs the check draws per student
+
+
+def rule_sharding(model, chip, n, B):
+    """A rule, no search: TP of 1, 2, 4 or 8 (inside a server), FSDP over the rest, the
+    fewest microbatches and the lightest remat that fit and leave the step compute-bound."""
+    from scalebook import training
+    seqs = B // 8192
+    for tp in (1, 2, 4, 8):
+        fsdp = n // tp
+        if n % tp or seqs % fsdp:
+            continue
+        for M in (1, 2, 4, 8, 16, 32):
+            for remat in ("none", "selective", "full"):
+                for keep in (False, True):
+                    d = dict(tp=tp, fsdp=fsdp, microbatches=M, remat=remat, keep_weights=keep)
+                    if (seqs // fsdp) % M:
+                        continue
+                    p = training.evaluate_plan(model, chip, global_batch_tokens=B,
+                                               seq_len=8192, **d)
+                    if p.fits and p.bound == "compute":
+                        return d
+    return None
 
 
 def too_few_microbatches(model, chip, n, B):
@@ -169,3 +193,80 @@ def test_days_and_cost_at_an_assumed_mfu():
     assert p.cost_at(0.40) == pytest.approx(p.days_at(0.40) * 24 * 4096 * 4.20)
     with pytest.raises(ValueError, match="fraction"):
         p.days_at(40)
+
+
+# ------------------------------------------------------------------------------------------
+# Variants (assignments draw other numbers per student): worked by hand like the above
+# ------------------------------------------------------------------------------------------
+GiB = 2**30
+
+
+def _v(ex, answer, variant):
+    return evaluate(ex, answer, variant=variant)
+
+
+def test_6_1_a_variant():
+    from scalebook.exercises import get_exercise
+    v = {"model": "llama3-405b", "tokens": 2e12}
+    right = 6 * N405 * 2e12
+    assert _v("6.1", right, v).correct and not _v("6.1", RIGHT["6.1"], v).correct
+    assert "forward pass only" in _v("6.1", right / 3, v).message
+    ex = get_exercise("6.1").with_variant(v)
+    assert ex.title_text() == "Training FLOPs of 405B" and "$2 \\times 10^{12}$" in ex.text()
+
+
+def test_6_2_a_variant_names_its_own_mfu():
+    v = {"chip": "gpu-b200", "gpus": 8192, "mfu": 0.50}
+    right = 6 * N405 * 15.6e12 / (8192 * 2.25e15 * 0.50) / 86400
+    assert _v("6.2", right, v).correct
+    assert "only 0.50 of their peak" in _v("6.2", right * 0.5, v).message
+
+
+def test_6_3_variants_have_the_gib_hint_only_where_hbm_is_in_gib():
+    v = {"model": "llama3-70b", "chip": "tpu-v4"}
+    right = math.ceil(16 * N70 / (0.9 * 32 * GiB))
+    assert _v("6.3", right, v).correct
+    assert "v4's HBM is 32 GiB" in _v("6.3", math.ceil(16 * N70 / (0.9 * 32e9)), v).message
+    assert "round up" in _v("6.3", right - 1, v).message
+    from scalebook.exercises import get_exercise
+    gpu = get_exercise("6.3").with_variant({"model": "llama3-70b", "chip": "gpu-h100"})
+    assert not any("GiB" in m for _, m in gpu.hints)
+
+
+def test_6_6_a_variant():
+    v = {"P": 8, "M": 32}
+    assert _v("6.6", 7 / 39, v).correct
+    assert "P - 1 = 7" in _v("6.6", 8 / 40, v).message
+    assert "busy fraction" in _v("6.6", 32 / 39, v).message
+
+
+def test_6_7_a_variant():
+    v = {"chip": "gpu-b200", "gpus": 16384, "batch": 2**24, "step": 5.0}
+    right = 6 * N405 * 2**24 / 5.0 / (16384 * 2.25e15)
+    assert _v("6.7", right, v).correct
+    assert "all 16,384" in _v("6.7", right * 16384, v).message
+
+
+def test_6_10_a_variant_on_h100s():
+    v = {"model": "llama3-70b", "chip": "gpu-h100", "mfu": 0.50}
+    right = 6 * N70 * 15.6e12 / (C_H100 * 0.50 * 3600) * 10.8
+    assert _v("6.10", right, v).correct
+    assert "2 times as long" in _v("6.10", right * 0.5, v).message
+    assert "does not depend" in _v("6.10", right * 8192, v).message
+
+
+def test_6_11_every_drawn_pod_has_a_plan_that_passes():
+    """The generator's pods, all of them (its space is small): a rule without search
+    finds a plan that passes the check on each, so every student's inputs can be met."""
+    from scalebook.exercises import get_exercise
+    pods = sorted(set(get_exercise("6.11").drawn_cases(b"all pods", n=3000)))
+    assert len(pods) >= 100
+    r = evaluate("6.11", rule_sharding, cases=pods)
+    assert r.correct, r
+
+
+def test_6_12_drawn_inputs_pass_a_right_function():
+    from scalebook.exercises import get_exercise
+    ex = get_exercise("6.12")
+    for args in ex.drawn_cases(b"ch06", n=40):
+        assert ex._equal(state_bytes(*args), ex.reference(*args)), args

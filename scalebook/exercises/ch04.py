@@ -7,7 +7,8 @@ import math
 from ..hardware import get_chip
 from ..models import LLAMA3_405B_TOKENS, MoEConfig, TransformerConfig, get_model
 from .core import register
-from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
+                    as_number)
 
 
 def _close(a, b, rtol=0.02):
@@ -18,34 +19,83 @@ def _m(name):
     return get_model(name)
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise and chapter 1). The chapter's
+# own numbers are each exercise's ``params``; an assignment draws others from ``choose``.
+_MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
+_GPUS = ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")
+_NOMINAL = {"llama3-8b": 8e9, "llama3-70b": 70e9, "llama3-405b": 405e9}
+
+
+def _size(model):
+    """'70B' for 'llama3-70b'."""
+    return model.split("-", 1)[1].upper()
+
+
+def _sci(x):
+    """1.5e13 for 15e12 (no '+', no trailing zeros)."""
+    mantissa, exponent = f"{x:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _words(model=None, chip=None, tokens=None, **_):
+    """Fields for a statement: the model's and chip's names, a token count."""
+    out = {}
+    if model is not None:
+        out.update(size=_size(model), model_name=f"LLaMA-3 {_size(model)}")
+    if chip is not None:
+        short = chip.split("-", 1)[1]
+        out.update(chip_name=get_chip(chip).display_name,
+                   chip_short=short.upper() if chip.startswith("gpu") else short)
+    if tokens is not None:
+        out.update(T=f"{tokens / 1e12:g}T", tokens_words=f"{tokens / 1e12:g}T ({_sci(tokens)})")
+    return out
+
+
 # 4.1 ------------------------------------------------------------------------------------
-def _attn_70b():
-    return _m("llama3-70b").attention_params_per_layer()
+def _with_kv(model, kv_heads):
+    """The model with ``kv_heads`` key/value heads (its own count: the model itself)."""
+    return _m(model).scaled(n_kv_heads=kv_heads)
 
 
-def _attn_70b_mha():
-    m = _m("llama3-70b")
-    return 4 * m.d_model * m.q_dim
+def _attn_70b(model="llama3-70b", kv_heads=8):
+    return _with_kv(model, kv_heads).attention_params_per_layer()
 
 
-def _attn_70b_qkv():
-    """W_q + W_k + W_v without the output projection."""
-    m = _m("llama3-70b")
-    return m.d_model * m.q_dim + 2 * m.d_model * m.kv_dim
-
-
-register(NumericExercise(
-    id="4.1", title="Attention parameters of one 70B layer", unit="parameters", integer=True,
-    reference=_attn_70b,
-    hints=[
-        (lambda a: a == _attn_70b_mha(),
+def _ex1_hints(model, kv_heads):
+    m = _with_kv(model, kv_heads)
+    D, q, kv = m.d_model, m.q_dim, m.kv_dim
+    return [
+        (lambda a: a == 4 * D * q,
          "that is multi-head attention: k and v have only n_kv_heads heads (grouped-query attention)."),
-        (lambda a: a == _attn_70b_qkv(), "count the output projection W_o too."),
-        (lambda a: a == 2 * _m("llama3-70b").d_model * _m("llama3-70b").q_dim,
+        (lambda a: a == D * q + 2 * D * kv, "count the output projection W_o too."),
+        (lambda a: a == 2 * D * q,
          "count all four matrices: W_k and W_v too, not only W_q and W_o."),
-        (lambda a: a == _attn_70b() * _m("llama3-70b").n_layers,
-         "that is all 80 layers; the question asks for one layer."),
-    ],
+        (lambda a: a == m.attention_params_per_layer() * m.n_layers,
+         f"that is all {m.n_layers} layers; the question asks for one layer."),
+    ]
+
+
+def _ex1_words(model, kv_heads):
+    own = _m(model).n_kv_heads
+    return {**_words(model),
+            "kv_words": "" if kv_heads == own else (
+                f" if it had {kv_heads} key/value head{'s' if kv_heads > 1 else ''} "
+                f"({'multi' if kv_heads == 1 else 'grouped'}-query attention) instead of "
+                f"its {own}")}
+
+
+register(VariedNumericExercise(
+    id="4.1", title="Attention parameters of one 70B layer", unit="parameters", integer=True,
+    params={"model": "llama3-70b", "kv_heads": 8},
+    choose={"model": _MODELS, "kv_heads": (1, 2, 4, 8, 16, 32)},
+    solve=_attn_70b, hints_for=_ex1_hints, describe=_ex1_words,
+    # At most a quarter of the query heads: at H = 2 H_kv, W_q + W_k + W_v is 2 D H h, the
+    # slip of leaving out W_k and W_v, and the two hints could not be told apart.
+    valid=lambda model, kv_heads: 4 * kv_heads <= _m(model).n_heads,
+    variant_title="Attention parameters of one {size} layer",
+    statement="How many parameters do the four attention projections ($W_q, W_k, W_v, W_o$) "
+              "of one layer of {model_name} hold{kv_words}? Answer as a whole number of "
+              "parameters.",
 ))
 
 
@@ -85,19 +135,30 @@ register(NumericExercise(
 
 
 # 4.4 ------------------------------------------------------------------------------------
-def _flops_70b():
-    return _m("llama3-70b").training_flops(15e12)
+def _flops_70b(model="llama3-70b", tokens=15e12):
+    return _m(model).training_flops(tokens)
 
 
-register(NumericExercise(
+def _ex4_hints(model, tokens):
+    flops = _flops_70b(model, tokens)
+    return [
+        (lambda a: _close(a, flops / 3), "that is the forward pass only (2 N per token); "
+                                         "the backward pass costs twice the forward."),
+        (lambda a: _close(a, flops * 2 / 3),
+         "that is the backward pass only; add the forward."),
+        (lambda a: _close(a, flops / 6),
+         "that is N N_tok; each parameter costs 6 FLOPs per training token."),
+    ]
+
+
+register(VariedNumericExercise(
     id="4.4", title="Training compute of 70B on 15T tokens", unit="FLOPs", rtol=0.02,
-    reference=_flops_70b,
-    hints=[
-        (lambda a: _close(a, _flops_70b() / 3), "that is the forward pass only (2 N per token); "
-                                                "the backward pass costs twice the forward."),
-        (lambda a: _close(a, _flops_70b() * 2 / 3), "that is the backward pass only; add the forward."),
-        (lambda a: _close(a, _flops_70b() / 6), "that is N N_tok; each parameter costs 6 FLOPs per training token."),
-    ],
+    params={"model": "llama3-70b", "tokens": 15e12},
+    choose={"model": _MODELS, "tokens": (1e12, 2e12, 5e12, 10e12, 15e12)},
+    solve=_flops_70b, hints_for=_ex4_hints, describe=_words,
+    variant_title="Training compute of {size} on {T} tokens",
+    statement="Using the $6 N N_{{\\mathrm{{tok}}}}$ rule, how many FLOPs does training "
+              "{model_name} on {tokens_words} tokens take? Answer in FLOPs.",
 ))
 
 
@@ -105,19 +166,32 @@ register(NumericExercise(
 _GPUS_45, _MFU_45 = 16_384, 0.40
 
 
-def _days_405b(mfu=_MFU_45):
+def _days_405b(mfu=_MFU_45, gpus=_GPUS_45, chip="gpu-h100"):
     flops = _m("llama3-405b").training_flops(LLAMA3_405B_TOKENS)
-    return flops / (_GPUS_45 * get_chip("gpu-h100").bf16_flops * mfu) / 86_400
+    return flops / (gpus * get_chip(chip).bf16_flops * mfu) / 86_400
 
 
-register(NumericExercise(
+def _ex5_hints(chip, gpus, mfu):
+    days = _days_405b(mfu, gpus, chip)
+    return [
+        (lambda a: _close(a, _days_405b(1.0, gpus, chip), 0.03),
+         f"that is at 100% of peak; the GPUs reach {mfu * 100:g}% of it (MFU)."),
+        (lambda a: _close(a, days * 86_400, 0.03), "that is in seconds; convert to days."),
+        (lambda a: _close(a, days * 24, 0.03), "that is in hours; convert to days."),
+    ]
+
+
+register(VariedNumericExercise(
     id="4.5", title="Days to train 405B", unit="days", rtol=0.03,
-    reference=_days_405b,
-    hints=[
-        (lambda a: _close(a, _days_405b(1.0), 0.03), "that is at 100% of peak; the GPUs reach 40% of it (MFU)."),
-        (lambda a: _close(a, _days_405b() * 86_400, 0.03), "that is in seconds; convert to days."),
-        (lambda a: _close(a, _days_405b() * 24, 0.03), "that is in hours; convert to days."),
-    ],
+    params={"chip": "gpu-h100", "gpus": _GPUS_45, "mfu": _MFU_45},
+    choose={"chip": _GPUS, "gpus": (4096, 8192, 16_384, 24_576),
+            "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
+    solve=lambda chip, gpus, mfu: _days_405b(mfu, gpus, chip), hints_for=_ex5_hints,
+    describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}"},
+    statement="Suppose the whole LLaMA-3 405B run used {gpus:,} {chip_name} GPUs. If they "
+              "sustain {pct}% of their dense bf16 peak (the book's hardware table), how many "
+              "days does $6 N N_{{\\mathrm{{tok}}}}$ for 405B on 15.6T tokens take? Answer "
+              "in days.",
 ))
 
 
@@ -178,32 +252,56 @@ register(NumericExercise(
 
 # 4.8 ------------------------------------------------------------------------------------
 _GPUS_48, _CTX_48 = 8, 8192
+_OWN_48 = {"model": "llama3-70b", "chip": "gpu-h100", "gpus": _GPUS_48, "context": _CTX_48}
 
 
-def _max_batch(include_weights=True, kv_per_token=None, n_params=None, hbm_bytes=None):
-    m = _m("llama3-70b")
-    hbm = get_chip("gpu-h100").hbm_bytes if hbm_bytes is None else hbm_bytes
+def _max_batch(include_weights=True, kv_per_token=None, n_params=None, hbm_bytes=None,
+               model="llama3-70b", chip="gpu-h100", gpus=_GPUS_48, context=_CTX_48):
+    m = _m(model)
+    hbm = get_chip(chip).hbm_bytes if hbm_bytes is None else hbm_bytes
     weights = (2 * n_params if n_params is not None else m.weight_bytes(2)) if include_weights else 0
-    free = _GPUS_48 * hbm - weights
-    per_seq = (m.kv_cache_bytes(1, _CTX_48) if kv_per_token is None else kv_per_token * _CTX_48)
+    free = gpus * hbm - weights
+    per_seq = (m.kv_cache_bytes(1, context) if kv_per_token is None else kv_per_token * context)
     return math.floor(free / per_seq)
 
 
-register(NumericExercise(
-    id="4.8", title="Largest 8K-context batch for 70B on 8 H100s", unit="sequences", integer=True,
-    reference=_max_batch,
-    hints=[
-        (lambda a: a == _max_batch(include_weights=False), "the bf16 weights take their share of HBM first."),
+def _ex8_hints(**p):
+    m = _m(p["model"])
+    right, nominal = _max_batch(**p), _max_batch(n_params=_NOMINAL[p["model"]], **p)
+    hints = [
+        (lambda a: a == _max_batch(include_weights=False, **p),
+         "the bf16 weights take their share of HBM first."),
         # The nominal 70B and one too many both give 186, so this hint names both (a separate
         # "one too many" hint could never be reached; tests/test_exercises_ch04.py checks it).
-        (lambda a: a == _max_batch(n_params=70e9),
-         "use the exact parameter count (num_params()), not the nominal 70B, and round down: "
-         "a partial sequence does not fit."),
-        (lambda a: a == _max_batch(hbm_bytes=get_chip("gpu-h100").hbm_bytes / 1e9 * 2**30),
+        (lambda a: a == nominal,
+         f"use the exact parameter count (num_params()), not the nominal {_size(p['model'])}, "
+         f"and round down: a partial sequence does not fit."),
+        (lambda a: a == _max_batch(hbm_bytes=get_chip(p["chip"]).hbm_bytes / 1e9 * 2**30, **p),
          "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
-        (lambda a: a == _max_batch(kv_per_token=_kv_70b() * _m("llama3-70b").group_size),
+        (lambda a: a == _max_batch(kv_per_token=m.kv_cache_bytes_per_token() * m.group_size,
+                                   **p),
          "the cache holds n_kv_heads key/value heads per layer, not n_heads."),
-    ],
+    ]
+    if nominal != right + 1:       # another variant: one too many has a hint of its own
+        hints.append((lambda a: a == right + 1, "round down: a partial sequence does not fit."))
+    return hints
+
+
+register(VariedNumericExercise(
+    id="4.8", title="Largest 8K-context batch for 70B on 8 H100s", unit="sequences",
+    integer=True, params=dict(_OWN_48),
+    choose={"model": _MODELS, "chip": _GPUS, "gpus": (4, 8, 16),
+            "context": (4096, 8192, 16_384, 32_768)},
+    solve=lambda **p: _max_batch(**p), hints_for=_ex8_hints,
+    valid=lambda **p: _max_batch(**p) >= 1,
+    describe=lambda model, chip, gpus, context: {**_words(model, chip),
+                                                 "ctx_k": f"{context // 1024}K"},
+    variant_title="Largest {ctx_k}-context batch for {size} on {gpus} {chip_short}s",
+    statement="{model_name} is served in bf16 on {gpus} {chip_name} GPUs (HBM from the book's "
+              "hardware table). After the weights, how many sequences of {context:,} tokens "
+              "fit in the remaining HBM as bf16 KV cache? Use the exact parameter count "
+              "(`num_params()`), ignore activations and fragmentation; answer a whole number "
+              "of sequences.",
 ))
 
 
@@ -280,9 +378,19 @@ def _kv_ref(n_layers, n_kv_heads, head_dim, batch, context, bytes_per_element):
 _CASES_11 = [(126, 8, 128, 3, 131072, 1), (2, 1, 64, 5, 100, 4), (80, 8, 128, 1, 8192, 2),
              (32, 8, 128, 16, 4096, 2), (12, 12, 64, 8, 1024, 2)]
 
+
+def _gen_11(rng):
+    """A model and a cache a practitioner meets: layers, key/value heads and head size of
+    real models, a serving batch and context, 1, 2 or 4 bytes per element."""
+    return (rng.choice((16, 24, 28, 32, 40, 48, 60, 64, 80, 96, 126)),
+            rng.choice((1, 2, 4, 8, 16)), rng.choice((64, 80, 96, 128, 256)),
+            rng.randint(1, 64), rng.choice((512, 1000, 2048, 4096, 8192, 32768, 131072)),
+            rng.choice((1, 2, 4)))
+
+
 register(CodeExercise(
     id="4.11", title="KV cache size, in code", reference=_kv_ref, cases=_CASES_11, rtol=1e-9,
-    unit="bytes",
+    unit="bytes", generate=_gen_11,
     describe=lambda L, H_kv, h, B, T, s: (f"n_layers={L}, n_kv_heads={H_kv}, head_dim={h}, "
                                           f"batch={B}, context={T}, bytes_per_element={s}"),
     hints=[
@@ -311,9 +419,22 @@ _CASES_12 = [(32, 4096, 32, 8, 128, 14336, 128256, False),
              (3, 96, 2, 1, 64, 256, 300, False),      # n_heads * head_dim != d_model
              (126, 16384, 128, 8, 128, 53248, 128256, False)]
 
+
+def _gen_12(rng):
+    """A LLaMA-style model: H a multiple of H_kv (at most H / 2), D usually H h and
+    sometimes not, F a multiple of 256 from 2D to 4D, a real vocabulary, tied or not."""
+    h = rng.choice((64, 96, 128))
+    H = rng.choice((8, 12, 16, 24, 32, 48, 64))
+    K = rng.choice([k for k in (1, 2, 4, 8) if H % k == 0 and 2 * k <= H])
+    D = H * h if rng.random() < 0.7 else H * h * rng.choice((3, 5)) // 4
+    F = 256 * rng.randint(D // 128, D // 64)
+    V = rng.choice((32000, 32768, 50257, 128256, 151936))
+    return (rng.randint(2, 96), D, H, K, h, F, V, rng.random() < 0.4)
+
+
 register(CodeExercise(
     id="4.12", title="Parameter count, in code", reference=_params_ref, cases=_CASES_12,
-    compare=lambda got, want: as_number(got) == want, unit="parameters",
+    compare=lambda got, want: as_number(got) == want, unit="parameters", generate=_gen_12,
     describe=lambda L, D, H, H_kv, h, F, V, t: (f"L={L}, D={D}, H={H}, H_kv={H_kv}, h={h}, "
                                                 f"F={F}, V={V}, tied={t}"),
     hints=[
@@ -351,27 +472,42 @@ register(ChoiceExercise(
 _E_414, _K_414 = 16, 2
 
 
-def _moe_70b(n_experts=_E_414, top_k=_K_414):
-    return MoEConfig(_m("llama3-70b"), n_experts, top_k)
+def _moe_70b(n_experts=_E_414, top_k=_K_414, model="llama3-70b"):
+    return MoEConfig(_m(model), n_experts, top_k)
 
 
-register(NumericExercise(
-    id="4.14", title="Active parameters of an MoE LLaMA-3 70B", unit="parameters",
-    integer=True, reference=lambda: _moe_70b().active_params(),
-    hints=[
-        (lambda a: a == _moe_70b().total_params(),
-         "that is the total, every expert: a token meets only k = 2 experts per layer."),
-        (lambda a: a == _moe_70b().active_params() - _moe_70b().router_params(),
+def _ex14_hints(model, E, k):
+    moe, L = _moe_70b(E, k, model), _m(model).n_layers
+    others = "the second expert" if k == 2 else f"the other {k - 1} experts"
+    return [
+        (lambda a: a == moe.total_params(),
+         f"that is the total, every expert: a token meets only k = {k} experts per layer."),
+        (lambda a: a == moe.active_params() - moe.router_params(),
          "count the routers too: a [D, E] matrix in every layer, and every token uses it."),
-        (lambda a: a == _moe_70b(top_k=1).active_params(),
-         "each token meets k = 2 experts per layer, not one."),
-        (lambda a: a == _moe_70b().active_matmul_params(),
+        (lambda a: a == _moe_70b(E, 1, model).active_params(),
+         f"each token meets k = {k} experts per layer, not one."),
+        (lambda a: a == moe.active_matmul_params(),
          "that leaves out the embedding and the norms; count every parameter a token meets."),
-        (lambda a: a == _m("llama3-70b").num_params(),
-         "that is the dense model: add the second expert and the router of every layer."),
-        (lambda a: _close(a, _moe_70b().active_params(), 0.001),
-         "very close: check the router, a D x E = D x 16 matrix in each of the 80 layers."),
-    ],
+        (lambda a: a == _m(model).num_params(),
+         f"that is the dense model: add {others} and the router of every layer."),
+        (lambda a: _close(a, moe.active_params(), 0.001),
+         f"very close: check the router, a D x E = D x {E} matrix in each of the {L} layers."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="4.14", title="Active parameters of an MoE LLaMA-3 70B", unit="parameters",
+    integer=True, params={"model": "llama3-70b", "E": _E_414, "k": _K_414},
+    choose={"model": _MODELS, "E": (8, 16, 32, 64), "k": (2, 4, 8)},
+    solve=lambda model, E, k: _moe_70b(E, k, model).active_params(),
+    hints_for=_ex14_hints, valid=lambda model, E, k: 2 * k <= E,
+    describe=lambda model, E, k: _words(model),
+    variant_title="Active parameters of an MoE {model_name}",
+    statement="Take {model_name}'s shapes and replace every MLP by $E = {E}$ experts of the "
+              "same shape, each token routed to $k = {k}$ of them by a router $[D, E]$ per "
+              "layer (no bias), as in section 4.8. How many parameters does one token "
+              "activate, counted as section 4.8 counts Mixtral's (everything outside the "
+              "experts, plus $k$ experts per layer)? An exact whole number of parameters.",
 ))
 
 
@@ -432,26 +568,46 @@ register(NumericExercise(
 _GPUS_416, _CTX_416 = 4, 32768
 
 
-def _batch_416(w_bpe=1, kv_bpe=0.5, n_params=None, hbm_bytes=None, weights=True):
-    m = _m("llama3-70b")
-    hbm = get_chip("gpu-h100").hbm_bytes if hbm_bytes is None else hbm_bytes
+def _batch_416(w_bpe=1, kv_bpe=0.5, n_params=None, hbm_bytes=None, weights=True,
+               model="llama3-70b", chip="gpu-h100", gpus=_GPUS_416, context=_CTX_416):
+    m = _m(model)
+    hbm = get_chip(chip).hbm_bytes if hbm_bytes is None else hbm_bytes
     n = m.num_params() if n_params is None else n_params
-    free = _GPUS_416 * hbm - (n * w_bpe if weights else 0)
-    return math.floor(free / m.kv_cache_bytes(1, _CTX_416, kv_bpe))
+    free = gpus * hbm - (n * w_bpe if weights else 0)
+    return math.floor(free / m.kv_cache_bytes(1, context, kv_bpe))
 
 
-register(NumericExercise(
-    id="4.16", title="An 8-bit model with a 4-bit cache on 4 H100s", unit="sequences",
-    integer=True, reference=_batch_416,
-    hints=[
-        (lambda a: a == _batch_416(kv_bpe=2), "that is a bf16 cache; int4 is half a byte."),
-        (lambda a: a == _batch_416(kv_bpe=1), "that is an 8-bit cache; int4 is half a byte."),
-        (lambda a: a == _batch_416(w_bpe=2), "the weights are fp8 here: 1 byte each, not 2."),
-        (lambda a: a == _batch_416(weights=False), "the weights take their share of HBM first."),
-        (lambda a: a == _batch_416(hbm_bytes=get_chip("gpu-h100").hbm_bytes / 1e9 * 2**30),
+def _ex16_hints(**p):
+    return [
+        (lambda a: a == _batch_416(kv_bpe=2, **p),
+         "that is a bf16 cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(kv_bpe=1, **p),
+         "that is an 8-bit cache; int4 is half a byte."),
+        (lambda a: a == _batch_416(w_bpe=2, **p),
+         "the weights are fp8 here: 1 byte each, not 2."),
+        (lambda a: a == _batch_416(weights=False, **p),
+         "the weights take their share of HBM first."),
+        (lambda a: a == _batch_416(hbm_bytes=get_chip(p["chip"]).hbm_bytes / 1e9 * 2**30, **p),
          "the hardware table gives HBM in decimal bytes (1 GB = 1e9 bytes), not GiB."),
-        (lambda a: a == _batch_416() + 1,
-         "round down (and use the exact num_params(), not 70e9): a partial sequence does "
-         "not fit."),
-    ],
+        (lambda a: a == _batch_416(**p) + 1,
+         f"round down (and use the exact num_params(), not {_NOMINAL[p['model']] / 1e9:g}e9): "
+         f"a partial sequence does not fit."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="4.16", title="An 8-bit model with a 4-bit cache on 4 H100s", unit="sequences",
+    integer=True,
+    params={"model": "llama3-70b", "chip": "gpu-h100", "gpus": _GPUS_416, "context": _CTX_416},
+    choose={"model": _MODELS, "chip": _GPUS, "gpus": (2, 4, 8),
+            "context": (8192, 16_384, 32_768, 65_536, 131_072)},
+    solve=lambda **p: _batch_416(**p), hints_for=_ex16_hints,
+    valid=lambda **p: _batch_416(**p) >= 1,
+    describe=lambda model, chip, gpus, context: _words(model, chip),
+    variant_title="An 8-bit model with a 4-bit cache on {gpus} {chip_short}s",
+    statement="{model_name} is served on {gpus} {chip_name} GPUs (HBM from the book's hardware "
+              "table) with fp8 weights (1 byte per parameter, exact count from `num_params()`) "
+              "and an int4 KV cache (half a byte per element; ignore the scales). How many "
+              "sequences of {context:,} tokens fit in the HBM left after the weights? Ignore "
+              "activations; answer a whole number of sequences.",
 ))

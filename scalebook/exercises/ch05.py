@@ -9,13 +9,14 @@ and read the compiled program with :func:`scalebook.hlo.collectives`.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from .. import parallelism as par
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise, NotAttempted,
-                    NumericExercise, mesh_inputs, returns_something)
+                    NumericExercise, VariedNumericExercise, mesh_inputs, returns_something)
 
 __all__ = []
 
@@ -24,61 +25,131 @@ def _close(a, b, rtol=0.03):
     return math.isclose(a, b, rel_tol=rtol)
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise and chapter 1). The chapter's
+# own numbers are each exercise's ``params``; an assignment draws others from ``choose``.
+_MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
+_TPUS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
+_GPUS = ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")
+
+
+def _words(model=None, chip=None, **_):
+    """Fields for a statement: the model's and the chip's names."""
+    out = {}
+    if model is not None:
+        size = model.split("-", 1)[1].upper()
+        out.update(size=size, model_name=f"LLaMA-3 {size}")
+    if chip is not None:
+        short = chip.split("-", 1)[1]
+        out.update(chip_name=get_chip(chip).display_name,
+                   chip_short=short.upper() if chip.startswith("gpu") else short)
+    return out
+
+
+def _pct(x):
+    return f"{x * 100:g}"
+
+
 # 5.1 DP threshold, exact ------------------------------------------------------------------
-def _ex1(n=8, backward_flops=4, directions=2):
-    chip = get_chip("tpu-v6e")
+def _ex1(n=8, backward_flops=4, directions=2, chip="tpu-v6e"):
+    chip = get_chip(chip)
     frac = (n - 1) / n if n else 1.0
     return 2 * frac * 2 / (directions * chip.ici_link_bandwidth) / (backward_flops / chip.bf16_flops)
 
 
-register(NumericExercise(
+def _ex1_hints(chip, chips):
+    return [
+        (lambda a: _close(a, _ex1(None, chip=chip)),
+         f"that is the large-n limit; with {chips} chips keep the factor (n - 1) / n = "
+         f"{chips - 1}/{chips} of the ring all-reduce."),
+        (lambda a: _close(a, _ex1(chips, backward_flops=6, chip=chip)),
+         "the all-reduce can only overlap the backward pass (4 FLOPs per weight per token), "
+         "not the forward pass too."),
+        (lambda a: _close(a, 2 * _ex1(chips, chip=chip)),
+         "2x too large: did you use a one-way ring (a torus axis sends half each way), or the "
+         "forward pass's 2 FLOPs per weight per token instead of the backward's 4?"),
+    ]
+
+
+register(VariedNumericExercise(
     id="5.1", title="Batch per chip to hide the gradient all-reduce", unit="tokens",
-    reference=lambda: par.data_parallel_critical_batch("tpu-v6e", 8),
-    hints=[
-        (lambda a: _close(a, _ex1(n=None)), "that is the large-n limit; with 8 chips keep the "
-         "factor (n - 1) / n = 7/8 of the ring all-reduce."),
-        (lambda a: _close(a, _ex1(backward_flops=6)), "the all-reduce can only overlap the "
-         "backward pass (4 FLOPs per weight per token), not the forward pass too."),
-        (lambda a: _close(a, 2 * _ex1()), "2x too large: did you use a one-way ring (a torus "
-         "axis sends half each way), or the forward pass's 2 FLOPs per weight per token "
-         "instead of the backward's 4?"),
-    ],
+    params={"chip": "tpu-v6e", "chips": 8}, choose={"chip": _TPUS, "chips": (4, 8, 16)},
+    solve=lambda chip, chips: par.data_parallel_critical_batch(chip, chips),
+    hints_for=_ex1_hints, describe=_words,
+    statement="Data parallelism over the {chips} {chip_name} chips of one torus axis, with "
+              "bf16 gradients. Each chip all-reduces its gradients (ring algorithm, both "
+              "directions of the axis) while its backward pass runs at peak bf16 FLOP/s. From "
+              "how many tokens per chip $b$ does the all-reduce take no longer than the "
+              "backward pass's matmuls? Keep the factor $\\frac{{n-1}}{{n}}$ (here $n$ = "
+              "{chips}). Answer in tokens per chip.",
 ))
 
 
 # 5.2 ZeRO-2 memory ---------------------------------------------------------------------
-def _ex2(stage=2):
-    return par.training_memory_per_chip(get_model("llama3-8b").num_params(), 16, stage).total
+def _ex2(stage=2, model="llama3-8b", n=16):
+    return par.training_memory_per_chip(get_model(model).num_params(), n, stage).total
 
 
-register(NumericExercise(
-    id="5.2", title="ZeRO-2 memory per chip", unit="bytes", reference=_ex2,
-    hints=[
-        (lambda a: _close(a, _ex2(1)), "that is ZeRO-1: stage 2 shards the gradients too."),
-        (lambda a: _close(a, _ex2(3)), "that is ZeRO-3 (FSDP): at stage 2 every chip still "
-         "holds all the bf16 weights."),
-        (lambda a: _close(a, _ex2(0)), "that is plain data parallelism: nothing sharded."),
-    ],
+def _ex2_hints(model, n):
+    return [
+        (lambda a: _close(a, _ex2(1, model, n)),
+         "that is ZeRO-1: stage 2 shards the gradients too."),
+        (lambda a: _close(a, _ex2(3, model, n)),
+         "that is ZeRO-3 (FSDP): at stage 2 every chip still holds all the bf16 weights."),
+        (lambda a: _close(a, _ex2(0, model, n)),
+         "that is plain data parallelism: nothing sharded."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.2", title="ZeRO-2 memory per chip", unit="bytes",
+    params={"model": "llama3-8b", "n": 16},
+    choose={"model": ("llama3-8b", "llama3-70b"), "n": (4, 8, 16, 32, 64, 128, 256)},
+    solve=lambda model, n: _ex2(2, model, n), hints_for=_ex2_hints, describe=_words,
+    # a state that fits in the largest HBM of the book's table (a B200's)
+    valid=lambda model, n: _ex2(2, model, n) <= get_chip("gpu-b200").hbm_bytes,
+    statement="{model_name} is trained with mixed-precision Adam (bf16 weights and gradients, "
+              "fp32 master weights, two fp32 moments: 16 bytes per parameter) on {n} chips "
+              "with ZeRO stage 2. How many bytes of training state does each chip hold (no "
+              "activations)? Answer in bytes.",
 ))
 
 
 # 5.3 fewest chips for 405B with FSDP ----------------------------------------------------
-def _ex3(rounding=math.ceil, hbm=None, left=0.3):
-    chip = get_chip("tpu-v5p")
+def _ex3(rounding=math.ceil, hbm=None, left=0.3, model="llama3-405b", chip="tpu-v5p"):
+    chip = get_chip(chip)
     hbm = chip.hbm_bytes if hbm is None else hbm
-    return rounding(16 * get_model("llama3-405b").num_params() / ((1 - left) * hbm))
+    return rounding(16 * get_model(model).num_params() / ((1 - left) * hbm))
 
 
-register(NumericExercise(
+def _ex3_hints(model, chip, left):
+    right = _ex3(left=left, model=model, chip=chip)
+    hints = [
+        (lambda a: a == _ex3(math.floor, left=left, model=model, chip=chip) and a < right,
+         "round up: with that many chips the state does not quite fit."),
+    ]
+    gib = get_chip(chip).hbm_bytes / 2**30
+    if gib == round(gib):        # HBM listed in GiB (a TPU v4's 32, a v5p's 95)
+        short = _words(chip=chip)["chip_short"]
+        hints.append((lambda a: a == _ex3(hbm=gib * 1e9, left=left, model=model, chip=chip),
+                      f"the {short}'s HBM is {gib:g} GiB (2**30 bytes each), not {gib:g} GB."))
+    hints.append((lambda a: a == _ex3(left=0.0, model=model, chip=chip),
+                  f"leave {_pct(left)}% of each chip's HBM for activations."))
+    return hints
+
+
+register(VariedNumericExercise(
     id="5.3", title="Fewest v5p chips to hold 405B's training state", unit="chips",
-    integer=True, reference=_ex3,
-    hints=[
-        (lambda a: a == _ex3(math.floor) and a < _ex3(), "round up: with that many chips the "
-         "state does not quite fit."),
-        (lambda a: a == _ex3(hbm=95e9), "the v5p's HBM is 95 GiB (2**30 bytes each), not "
-         "95 GB."),
-        (lambda a: a == _ex3(left=0.0), "leave 30% of each chip's HBM for activations."),
-    ],
+    integer=True, params={"model": "llama3-405b", "chip": "tpu-v5p", "left": 0.3},
+    choose={"model": ("llama3-70b", "llama3-405b"), "chip": _TPUS + _GPUS,
+            "left": (0.2, 0.3, 0.4, 0.5)},
+    solve=lambda model, chip, left: _ex3(left=left, model=model, chip=chip),
+    hints_for=_ex3_hints, describe=lambda model, chip, left: {**_words(model, chip),
+                                                              "pct": _pct(left)},
+    variant_title="Fewest {chip_short} chips to hold {size}'s training state",
+    statement="With FSDP (ZeRO-3) over $n$ {chip_name} chips, each chip holds $1/n$ of "
+              "{model_name}'s 16 bytes per parameter of training state. Leaving {pct}% of "
+              "each chip's HBM for activations, what is the smallest $n$ for which the state "
+              "fits? Answer in chips.",
 ))
 
 
@@ -131,75 +202,130 @@ register(ChoiceExercise(
 ))
 
 
-# 5.6 microbatches for a 10% bubble -----------------------------------------------------
-def _ex6(P_=16, target=0.1):
-    return math.ceil((P_ - 1) * (1 - target) / target - 1e-9)
+# 5.6 microbatches for a small bubble -----------------------------------------------------
+def _ex6(P=16, target=0.1):
+    t = Fraction(str(target))      # exact: 0.1 is 1/10, so 15 x 9 / 1 = 135, not 135.00001
+    return math.ceil((P - 1) * (1 - t) / t)
 
 
-register(NumericExercise(
-    id="5.6", title="Microbatches for a small bubble", unit="microbatches", integer=True,
-    reference=_ex6,
-    hints=[
-        (lambda a: a == math.ceil(16 * 0.9 / 0.1), "the bubble is (P - 1) / (N_mb + P - 1): "
+def _ex6_hints(P, target):
+    t = Fraction(str(target))
+    return [
+        (lambda a: a == math.ceil(P * (1 - t) / t), "the bubble is (P - 1) / (N_mb + P - 1): "
          "P - 1 stages idle at the start, not P."),
-        (lambda a: a == math.ceil(15 / 0.1), "the total time is N_mb + P - 1 steps, not N_mb: "
-         "solve (P - 1) / (N_mb + P - 1) <= 0.1."),
-        (lambda a: a == _ex6() - 1, "check: with that many the bubble is still above 10%."),
-    ],
+        (lambda a: a == math.ceil((P - 1) / t), "the total time is N_mb + P - 1 steps, not "
+         f"N_mb: solve (P - 1) / (N_mb + P - 1) <= {target:g}."),
+        (lambda a: a == _ex6(P, target) - 1,
+         f"check: with that many the bubble is still above {_pct(target)}%."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.6", title="Microbatches for a small bubble", unit="microbatches", integer=True,
+    params={"P": 16, "target": 0.1},
+    choose={"P": (4, 8, 12, 16, 24, 32), "target": (0.05, 0.1, 0.2, 0.25)},
+    solve=_ex6, hints_for=_ex6_hints,
+    describe=lambda P, target: {"pct": _pct(target)},
+    statement="A pipeline has {P} stages. What is the fewest microbatches "
+              "$N_{{\\mathrm{{mb}}}}$ per step for which the bubble is at most {pct}% of the "
+              "time? Answer in microbatches.",
 ))
 
 
 # 5.7 expert capacity -------------------------------------------------------------------
-def _ex7(k=8, cf=1.25):
-    return par.moe_capacity(4096, 64, k, cf).per_expert
+def _ex7(k=8, cf=1.25, tokens=4096, E=64):
+    return par.moe_capacity(tokens, E, k, cf).per_expert
 
 
-register(NumericExercise(
-    id="5.7", title="Slots per expert", unit="tokens", integer=True, reference=_ex7,
-    hints=[
-        (lambda a: a == _ex7(k=1), "each token goes to k = 8 experts: there are B k routed "
-         "copies to place."),
-        (lambda a: a == _ex7(cf=1.0), "multiply by the capacity factor 1.25."),
-    ],
+def _ex7_hints(tokens, E, k, cf):
+    hints = []
+    if k > 1:
+        hints.append((lambda a: a == _ex7(1, cf, tokens, E), f"each token goes to k = {k} "
+                      f"experts: there are B k routed copies to place."))
+    if cf != 1:
+        hints.append((lambda a: a == _ex7(k, 1.0, tokens, E),
+                      f"multiply by the capacity factor {cf:g}."))
+    return hints
+
+
+register(VariedNumericExercise(
+    id="5.7", title="Slots per expert", unit="tokens", integer=True,
+    params={"tokens": 4096, "E": 64, "k": 8, "cf": 1.25},
+    choose={"tokens": (1024, 2048, 4096, 8192, 16384), "E": (8, 16, 32, 64, 128, 256),
+            "k": (1, 2, 4, 8), "cf": (1.0, 1.25, 1.5, 2.0)},
+    solve=lambda tokens, E, k, cf: _ex7(k, cf, tokens, E), hints_for=_ex7_hints,
+    valid=lambda tokens, E, k, cf: 4 * k <= E,
+    statement="An MoE layer with {E} experts routes each of {tokens} tokens to its top {k}, "
+              "with a capacity factor of {cf:g}. How many slots (tokens) does each expert "
+              "have?",
 ))
 
 
 # 5.8 MoE critical batch ----------------------------------------------------------------
-def _ex8():
-    m = get_model("llama3-70b")
-    return par.moe_critical_batch(m.d_model, m.d_ff, 16, 2, "tpu-v5e")
+def _ex8(model="llama3-70b", E=16, k=2, chip="tpu-v5e"):
+    m = get_model(model)
+    return par.moe_critical_batch(m.d_model, m.d_ff, E, k, chip)
 
 
-def _dense8():
+def _dense8(model="llama3-70b", chip="tpu-v5e"):
     from ..roofline import critical_batch
-    m = get_model("llama3-70b")
-    return critical_batch(m.d_model, m.d_ff, "tpu-v5e")
+    m = get_model(model)
+    return critical_batch(m.d_model, m.d_ff, chip)
 
 
-register(NumericExercise(
-    id="5.8", title="Batch for compute-bound experts", unit="tokens", reference=_ex8,
-    hints=[
-        (lambda a: _close(a, _dense8()), "that is the dense layer's batch; each expert sees "
+def _ex8_hints(model, E, k, chip):
+    dense = _dense8(model, chip)
+    return [
+        (lambda a: _close(a, dense), "that is the dense layer's batch; each expert sees "
          "only k / E of the tokens."),
-        (lambda a: _close(a, _dense8() * 2 / 16), "the other way round: E / k times the dense "
+        (lambda a: _close(a, dense * k / E), "the other way round: E / k times the dense "
          "batch."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.8", title="Batch for compute-bound experts", unit="tokens",
+    params={"model": "llama3-70b", "E": 16, "k": 2, "chip": "tpu-v5e"},
+    choose={"model": _MODELS, "E": (8, 16, 32, 64), "k": (1, 2, 4), "chip": _TPUS},
+    solve=_ex8, hints_for=_ex8_hints, valid=lambda model, E, k, chip: 2 * k <= E,
+    describe=_words,
+    statement="An MoE layer has {E} experts, each an MLP with {model_name}'s $D$ and $F$ in "
+              "bf16, and routes each token to its top {k}. One {chip_name} holds all {E} "
+              "experts (no expert parallelism). How many tokens per chip (all experts' tokens "
+              "together) does it need before each expert's matmul $[b_e, D] \\cdot [D, F]$ "
+              "is compute-bound on its HBM (chapter 1's critical batch)? Answer in tokens.",
 ))
 
 
 # 5.9 ring attention block --------------------------------------------------------------
-def _ex9(kv=None):
-    m = get_model("llama3-70b")
-    return par.ring_attention_min_block("tpu-v5e", m.n_heads, kv or m.n_kv_heads)
+def _ex9(kv=None, model="llama3-70b", chip="tpu-v5e"):
+    m = get_model(model)
+    return par.ring_attention_min_block(chip, m.n_heads, kv or m.n_kv_heads)
 
 
-register(NumericExercise(
-    id="5.9", title="Positions per chip for ring attention", unit="tokens", reference=_ex9,
-    hints=[
-        (lambda a: _close(a, _ex9(kv=get_model("llama3-70b").n_heads)), "LLaMA-3 uses grouped-"
-         "query attention: only H_kv = 8 key/value heads travel around the ring."),
-        (lambda a: _close(a, _ex9() / 2), "both K and V blocks travel: 2 S K h s bytes."),
-    ],
+def _ex9_hints(model, chip):
+    m = get_model(model)
+    return [
+        (lambda a: _close(a, _ex9(m.n_heads, model, chip)),
+         f"LLaMA-3 uses grouped-query attention: only H_kv = {m.n_kv_heads} key/value heads "
+         f"travel around the ring."),
+        (lambda a: _close(a, _ex9(None, model, chip) / 2), "both K and V blocks travel: "
+         "2 S K h s bytes."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.9", title="Positions per chip for ring attention", unit="tokens",
+    params={"model": "llama3-70b", "chip": "tpu-v5e"},
+    choose={"model": _MODELS, "chip": _TPUS + _GPUS},
+    solve=lambda model, chip: _ex9(None, model, chip), hints_for=_ex9_hints,
+    describe=lambda model, chip: {**_words(model, chip), "link": (
+        "over one link in one direction" if chip.startswith("tpu") else
+        "over NVLink in one direction (all of a GPU's NVLinks, its `ici_bandwidth`)")},
+    statement="Ring attention over {chip_name} chips for {model_name} in bf16: each step, a "
+              "chip attends its block of queries (all heads) to one K/V block while the next "
+              "K/V block arrives {link}. How many positions per chip make the transfer no "
+              "longer than the attention's matmuls? Answer in tokens.",
 ))
 
 
@@ -217,38 +343,66 @@ register(NumericExercise(
 
 
 # 5.11 offload -------------------------------------------------------------------------------
-def _ex11(bytes_per_param=8, round_trip=True):
-    state = bytes_per_param * get_model("llama3-8b").num_params() / 16
-    return par.offload_time(state, "gpu-h100", round_trip=round_trip)
+def _ex11(bytes_per_param=8, round_trip=True, model="llama3-8b", n=16, chip="gpu-h100"):
+    state = bytes_per_param * get_model(model).num_params() / n
+    return par.offload_time(state, chip, round_trip=round_trip)
 
 
-register(NumericExercise(
-    id="5.11", title="Streaming Adam's moments over PCIe", unit="s", reference=_ex11,
-    hints=[
-        (lambda a: _close(a, _ex11(round_trip=False)), "the moments come in for the update "
-         "and go back out: count both directions."),
-        (lambda a: _close(a, _ex11(12)), "only the two moments (8 bytes per parameter) are "
-         "offloaded here, not the master weights."),
-    ],
+def _ex11_hints(model, n, chip):
+    return [
+        (lambda a: _close(a, _ex11(round_trip=False, model=model, n=n, chip=chip)), "the "
+         "moments come in for the update and go back out: count both directions."),
+        (lambda a: _close(a, _ex11(12, model=model, n=n, chip=chip)), "only the two moments "
+         "(8 bytes per parameter) are offloaded here, not the master weights."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.11", title="Streaming Adam's moments over PCIe", unit="s",
+    params={"model": "llama3-8b", "n": 16, "chip": "gpu-h100"},
+    choose={"model": _MODELS, "n": (8, 16, 32, 64, 128), "chip": _GPUS},
+    solve=lambda model, n, chip: _ex11(model=model, n=n, chip=chip), hints_for=_ex11_hints,
+    describe=_words,
+    statement="{model_name} is trained with FSDP over {n} {chip_name} GPUs, and the two fp32 "
+              "Adam moments (8 bytes per parameter) live in host memory. Every step each GPU "
+              "copies its shard of the moments in over PCIe for the update and back out, the "
+              "copy out after the copy in (count the two one after the other, at the "
+              "{chip_short}'s `pcie_bandwidth`). How many seconds of PCIe transfer is that "
+              "per step?",
 ))
 
 
 # 5.12 optimal FSDP degree ---------------------------------------------------------------
-def _ex12():
-    return par.optimal_fsdp_degree(2 ** 24, 8192, get_model("llama3-405b").d_ff)
+def _ex12(B=2 ** 24, n=8192, model="llama3-405b"):
+    return par.optimal_fsdp_degree(B, n, get_model(model).d_ff)
 
 
-register(NumericExercise(
-    id="5.12", title="The best FSDP degree of a 2D split", unit="chips", reference=_ex12,
-    rtol=0.05,
-    hints=[
-        (lambda a: _close(a, 8192 / _ex12()), "that is Y = n / X*, the tensor-parallel degree."),
-        (lambda a: _close(a, math.sqrt(2 ** 24 / get_model("llama3-405b").d_ff)),
+def _ex12_hints(B, n, model):
+    x = _ex12(B, n, model)
+    return [
+        (lambda a: _close(a, n / x), "that is Y = n / X*, the tensor-parallel degree."),
+        (lambda a: _close(a, math.sqrt(B / get_model(model).d_ff)),
          "X* = sqrt(B n / F): the chips n belong under the root too."),
-        (lambda a: _close(a, _ex12() * math.sqrt(2)) or _close(a, _ex12() / math.sqrt(2)),
+        (lambda a: _close(a, x * math.sqrt(2)) or _close(a, x / math.sqrt(2)),
          "that puts the degrees on different numbers of torus axes; the exercise takes "
          "one axis each, a_X = a_Y = 1."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="5.12", title="The best FSDP degree of a 2D split", unit="chips", rtol=0.05,
+    params={"B": 2 ** 24, "n": 8192, "model": "llama3-405b"},
+    choose={"B": (2 ** 21, 2 ** 22, 2 ** 23, 2 ** 24), "n": (1024, 2048, 4096, 8192, 16384),
+            "model": _MODELS},
+    solve=_ex12, hints_for=_ex12_hints,
+    valid=lambda B, n, model: 1 < _ex12(B, n, model) < n,
+    describe=lambda B, n, model: {**_words(model), "log2B": B.bit_length() - 1},
+    statement="{model_name} trains on {n} chips with a global batch of $2^{{{log2B}}}$ tokens, "
+              "FSDP over $X$ chips and tensor parallelism over $Y = {n} / X$. Which $X$ "
+              "minimises the communication of an MLP block, with each degree on one torus "
+              "axis ($a_X = a_Y = 1$)? Give the large-$n$ optimum $X^{{*}}$ of section 5.4 as "
+              "the formula gives it, a real number, not rounded to a divisor of {n}. Answer "
+              "in chips.",
 ))
 
 
@@ -450,9 +604,14 @@ def _invalid_message(got, want, args):
     return False, ""
 
 
+def _gen_16(rng):
+    """A pipeline of 2 to 8 stages and 1 to 16 microbatches (fewer than the stages too)."""
+    return rng.randint(2, 8), rng.randint(1, 16)
+
+
 register(CodeExercise(
     id="5.16", title="A 1F1B schedule", reference=_ref_1f1b, compare=_compare_1f1b,
-    cases=[(4, 8), (3, 7), (5, 3), (2, 6)],
+    cases=[(4, 8), (3, 7), (5, 3), (2, 6)], generate=_gen_16,
     describe=lambda P_, M: f"n_stages={P_}, n_mb={M}",
     hints=[
         (lambda got, want, args: _invalid_message(got, want, args)[0],

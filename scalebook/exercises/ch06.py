@@ -9,7 +9,8 @@ from .. import training as tr
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
+                    as_number)
 
 __all__: list[str] = []
 
@@ -27,36 +28,95 @@ def _n(name):
     return get_model(name).num_params()
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise and chapter 1). The chapter's
+# own numbers are each exercise's ``params``; an assignment draws others from ``choose``.
+_MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
+_TPUS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
+_GPUS = ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")
+
+
+def _sci(x, digits=None):
+    """1.5e13 for 15e12, 1.02e11 with ``digits`` = 3 (no '+', no trailing zeros)."""
+    text = f"{x:e}" if digits is None else f"{x:.{digits - 1}e}"
+    mantissa, exponent = text.split("e")
+    if "." in mantissa and digits is None:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _words(model=None, chip=None, **_):
+    """Fields for a statement: the model's and the chip's names."""
+    out = {}
+    if model is not None:
+        size = model.split("-", 1)[1].upper()
+        out.update(size=size, model_name=f"LLaMA-3 {size}")
+    if chip is not None:
+        short = chip.split("-", 1)[1]
+        out.update(chip_name=get_chip(chip).display_name,
+                   chip_short=short.upper() if chip.startswith("gpu") else short)
+    return out
+
+
 # 6.1 ------------------------------------------------------------------------------------
-def _flops_8b():
-    return get_model("llama3-8b").training_flops(15e12)
+def _flops_8b(model="llama3-8b", tokens=15e12):
+    return get_model(model).training_flops(tokens)
 
 
-register(NumericExercise(
-    id="6.1", title="Training FLOPs of 8B", unit="FLOPs", rtol=0.002, reference=_flops_8b,
-    hints=[
-        (lambda a: _close(a, _flops_8b() / 3), "that is 2 N N_tok, the forward pass only: the "
-                                              "backward pass costs twice the forward."),
-        (lambda a: _close(a, _flops_8b() * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
-                                                  "token) to the backward (4N)."),
-    ],
+def _ex1_hints(model, tokens):
+    flops = _flops_8b(model, tokens)
+    return [
+        (lambda a: _close(a, flops / 3), "that is 2 N N_tok, the forward pass only: the "
+                                         "backward pass costs twice the forward."),
+        (lambda a: _close(a, flops * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
+                                             "token) to the backward (4N)."),
+    ]
+
+
+def _ex1_words(model, tokens):
+    mantissa, exponent = _sci(tokens).split("e")
+    return {**_words(model), "T": f"{tokens / 1e12:g}T",
+            "tokens_tex": f"${mantissa} \\times 10^{{{exponent}}}$"}
+
+
+register(VariedNumericExercise(
+    id="6.1", title="Training FLOPs of 8B", unit="FLOPs", rtol=0.002,
+    params={"model": "llama3-8b", "tokens": 15e12},
+    choose={"model": _MODELS, "tokens": (1e12, 2e12, 5e12, 10e12, 15e12)},
+    solve=_flops_8b, hints_for=_ex1_hints, describe=_ex1_words,
+    variant_title="Training FLOPs of {size}",
+    statement="With the rule $6 N N_{{\\mathrm{{tok}}}}$, how many FLOPs does pre-training "
+              "{model_name} on {T} ({tokens_tex}) tokens take? Use the exact parameter "
+              "count. Answer in FLOPs.",
 ))
 
 
 # 6.2 ------------------------------------------------------------------------------------
-def _days_405b():
+def _days_405b(chip="gpu-h100", gpus=16384, mfu=0.40):
     return get_model("llama3-405b").training_flops(15.6e12) / (
-        16384 * _peak("gpu-h100") * 0.40) / 86400
+        gpus * _peak(chip) * mfu) / 86400
 
 
-register(NumericExercise(
-    id="6.2", title="Days for 405B on 16K H100s", unit="days", rtol=0.02, reference=_days_405b,
-    hints=[
-        (lambda a: _close(a, _days_405b() * 24), "that is hours: divide by 24."),
-        (lambda a: _close(a, _days_405b() * 0.4), "that is at 100% MFU: the chips deliver "
-                                                  "only 0.40 of their peak."),
-        (lambda a: _close(a, _days_405b() / 3), "6 FLOPs per parameter and token, not 2."),
-    ],
+def _ex2_hints(chip, gpus, mfu):
+    days = _days_405b(chip, gpus, mfu)
+    return [
+        (lambda a: _close(a, days * 24), "that is hours: divide by 24."),
+        (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
+                                          f"only {mfu:.2f} of their peak."),
+        (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="6.2", title="Days for 405B on 16K H100s", unit="days", rtol=0.02,
+    params={"chip": "gpu-h100", "gpus": 16384, "mfu": 0.40},
+    choose={"chip": _GPUS, "gpus": (4096, 8192, 16384, 24576),
+            "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
+    solve=_days_405b, hints_for=_ex2_hints,
+    describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}",
+                                      "gpus_k": f"{gpus // 1024}K"},
+    variant_title="Days for 405B on {gpus_k} {chip_short}s",
+    statement="LLaMA-3 405B on 15.6T tokens ($6 N N_{{\\mathrm{{tok}}}}$), on {gpus:,} "
+              "{chip_name} GPUs at {pct}% MFU: how many days?",
 ))
 
 
@@ -65,26 +125,41 @@ def _usable(chip):
     return tr.DEFAULT_HBM_FRACTION * get_chip(chip).hbm_bytes
 
 
-def _min_chips_405b():
-    return math.ceil(16 * _n("llama3-405b") / _usable("tpu-v5p"))
+def _min_chips_405b(model="llama3-405b", chip="tpu-v5p"):
+    return math.ceil(16 * _n(model) / _usable(chip))
 
 
-register(NumericExercise(
-    id="6.3", title="Fewest v5p chips for 405B's state", unit="chips", integer=True,
-    rtol=0.0, reference=_min_chips_405b,
-    hints=[
-        (lambda a: a == math.floor(16 * _n("llama3-405b") / _usable("tpu-v5p")),
+def _ex3_hints(model, chip):
+    N, usable = _n(model), _usable(chip)
+    hints = [
+        (lambda a: a == math.floor(16 * N / usable),
          "round up: a fraction of a chip does not exist, and fewer chips do not hold it."),
-        (lambda a: a == math.ceil(16 * _n("llama3-405b") / get_chip("tpu-v5p").hbm_bytes),
+        (lambda a: a == math.ceil(16 * N / get_chip(chip).hbm_bytes),
          "leave the 10% of HBM for the compiler: divide by 0.9 x HBM."),
-        (lambda a: a == math.ceil(2 * _n("llama3-405b") / _usable("tpu-v5p")),
+        (lambda a: a == math.ceil(2 * N / usable),
          "that holds the bf16 weights only: Adam training keeps 16 bytes per parameter."),
-        (lambda a: a == math.ceil(12 * _n("llama3-405b") / _usable("tpu-v5p")),
+        (lambda a: a == math.ceil(12 * N / usable),
          "12 bytes is the fp32 master and moments: add the bf16 weights and gradients."),
-        (lambda a: a == math.ceil(16 * _n("llama3-405b") / (tr.DEFAULT_HBM_FRACTION * 95e9)),
-         "the v5p's HBM is 95 GiB (2**30 bytes each, about 1.02e11 bytes), not 95e9 bytes: "
-         "use hbm_bytes."),
-    ],
+    ]
+    hbm = get_chip(chip).hbm_bytes
+    gib = hbm / 2**30
+    if gib == round(gib):        # HBM listed in GiB (a TPU v4's 32, a v5p's 95)
+        hints.append((
+            lambda a: a == math.ceil(16 * N / (tr.DEFAULT_HBM_FRACTION * gib * 1e9)),
+            f"the {_words(chip=chip)['chip_short']}'s HBM is {gib:g} GiB (2**30 bytes each, "
+            f"about {_sci(hbm, 3)} bytes), not {gib:g}e9 bytes: use hbm_bytes."))
+    return hints
+
+
+register(VariedNumericExercise(
+    id="6.3", title="Fewest v5p chips for 405B's state", unit="chips", integer=True,
+    rtol=0.0, params={"model": "llama3-405b", "chip": "tpu-v5p"},
+    choose={"model": ("llama3-70b", "llama3-405b"), "chip": _TPUS + _GPUS},
+    solve=_min_chips_405b, hints_for=_ex3_hints, describe=_words,
+    variant_title="Fewest {chip_short} chips for {size}'s state",
+    statement="How many {chip_name} chips are needed at least to hold the mixed-precision Adam "
+              "state of {model_name} (16 bytes per parameter, fully sharded), using 90% of "
+              "each chip's HBM and no activations? A whole number of chips.",
 ))
 
 
@@ -143,42 +218,68 @@ register(NumericExercise(
 
 
 # 6.6 ------------------------------------------------------------------------------------
-def _bubble():
-    return par.bubble_fraction(16, 64)
+def _bubble(P=16, M=64):
+    return par.bubble_fraction(P, M)
 
 
-register(NumericExercise(
+def _ex6_hints(P, M):
+    b = _bubble(P, M)
+    return [
+        (lambda a: _close(a, (P - 1) / M, 0.01), "(P - 1) / N_mb is the bubble relative to the "
+                                                 "useful work; as a fraction of the whole step "
+                                                 "divide by N_mb + P - 1."),
+        (lambda a: _close(a, 1 - b, 0.01), "that is the busy fraction; the bubble "
+                                           "is the idle part."),
+        (lambda a: _close(a, P / (M + P), 0.01), f"the fill and drain are P - 1 = {P - 1} "
+                                                 "pass slots, not P: (P - 1) / "
+                                                 "(N_mb + P - 1)."),
+    ]
+
+
+register(VariedNumericExercise(
     id="6.6", title="The bubble of 16 stages", unit="fraction (0 to 1)", rtol=0.01,
-    reference=_bubble,
-    hints=[
-        (lambda a: _close(a, 15 / 64, 0.01), "(P - 1) / N_mb is the bubble relative to the "
-                                             "useful work; as a fraction of the whole step "
-                                             "divide by N_mb + P - 1."),
-        (lambda a: _close(a, 1 - _bubble(), 0.01), "that is the busy fraction; the bubble "
-                                                   "is the idle part."),
-        (lambda a: _close(a, 16 / (64 + 16), 0.01), "the fill and drain are P - 1 = 15 "
-                                                    "pass slots, not P: (P - 1) / "
-                                                    "(N_mb + P - 1)."),
-    ],
+    params={"P": 16, "M": 64},
+    choose={"P": (4, 8, 12, 16, 24, 32), "M": (8, 16, 32, 64, 128, 256)},
+    solve=_bubble, hints_for=_ex6_hints, valid=lambda P, M: M >= P,
+    variant_title="The bubble of {P} stages",
+    statement="A 1F1B pipeline of {P} stages runs {M} microbatches per step. What fraction of "
+              "the step is a stage idle? Answer as a fraction (0 to 1).",
 ))
 
 
 # 6.7 ------------------------------------------------------------------------------------
-def _mfu_tp():
-    return tr.mfu_from_throughput("llama3-405b", 2**24 / 7.0, 16384, "gpu-h100")
+def _mfu_tp(chip="gpu-h100", gpus=16384, batch=2**24, step=7.0, seq_len=None):
+    return tr.mfu_from_throughput("llama3-405b", batch / step, gpus, chip, seq_len=seq_len)
 
 
-register(NumericExercise(
-    id="6.7", title="MFU from a step time", unit="fraction (0 to 1)", rtol=0.02,
-    reference=_mfu_tp,
-    hints=[
-        (lambda a: _close(a, _mfu_tp() / 3), "6N FLOPs per token for training, not 2N."),
-        (lambda a: _close(a, _mfu_tp() * 16384), "divide by the peak of all 16,384 GPUs."),
-        (lambda a: _close(a, _mfu_tp() * 100), "a fraction between 0 and 1, not a percentage."),
-        (lambda a: _close(a, tr.mfu_from_throughput("llama3-405b", 2**24 / 7.0, 16384,
-                                                    "gpu-h100", seq_len=8192)),
+def _ex7_hints(chip, gpus, batch, step):
+    mfu = _mfu_tp(chip, gpus, batch, step)
+    return [
+        (lambda a: _close(a, mfu / 3), "6N FLOPs per token for training, not 2N."),
+        (lambda a: _close(a, mfu * gpus), f"divide by the peak of all {gpus:,} GPUs."),
+        (lambda a: _close(a, mfu * 100), "a fraction between 0 and 1, not a percentage."),
+        (lambda a: _close(a, _mfu_tp(chip, gpus, batch, step, seq_len=8192)),
          "that counts attention's FLOPs too: the exercise counts 6N per token."),
-    ],
+    ]
+
+
+def _ex7_ok(chip, gpus, batch, step):
+    """An MFU that runs report, 20% to 70% (mfu_from_throughput refuses one above 1)."""
+    return 0.2 <= 6 * _n("llama3-405b") * batch / step / (gpus * _peak(chip)) <= 0.7
+
+
+register(VariedNumericExercise(
+    id="6.7", title="MFU from a step time", unit="fraction (0 to 1)", rtol=0.02,
+    params={"chip": "gpu-h100", "gpus": 16384, "batch": 2**24, "step": 7.0},
+    choose={"chip": _GPUS, "gpus": (8192, 16384, 24576), "batch": (2**23, 2**24),
+            "step": (3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0)},
+    solve=_mfu_tp, hints_for=_ex7_hints,
+    valid=_ex7_ok,
+    describe=lambda chip, gpus, batch, step: {**_words(chip=chip),
+                                              "log2B": batch.bit_length() - 1},
+    statement="{gpus:,} {chip_name} GPUs train LLaMA-3 405B on batches of $2^{{{log2B}}}$ "
+              "tokens, one step every {step:.1f} s. With 6N FLOPs per token, what is the MFU "
+              "(a fraction between 0 and 1)?",
 ))
 
 
@@ -218,40 +319,54 @@ register(ChoiceExercise(
 
 
 # 6.10 -----------------------------------------------------------------------------------
-def _flops_405b():
-    return 6 * _n("llama3-405b") * 15.6e12
+_TOKENS_610 = 15.6e12
 
 
-def _cost_405b():
+def _cost_405b(model="llama3-405b", chip="tpu-v5p", mfu=0.40):
     """Chip-hours = FLOPs / (peak x MFU x 3600 s), whatever the number of chips."""
-    ch = get_chip("tpu-v5p")
-    return _flops_405b() / (ch.bf16_flops * 0.40 * 3600) * ch.price_per_hour
+    ch = get_chip(chip)
+    return 6 * _n(model) * _TOKENS_610 / (ch.bf16_flops * mfu * 3600) * ch.price_per_hour
 
 
-def _with_attention():
-    c = get_model("llama3-405b")
-    return _cost_405b() * c.training_flops_per_token(8192, causal=True) / (6 * c.num_params())
+def _with_attention(model="llama3-405b", chip="tpu-v5p", mfu=0.40):
+    c = get_model(model)
+    return (_cost_405b(model, chip, mfu) * c.training_flops_per_token(8192, causal=True)
+            / (6 * c.num_params()))
 
 
-register(NumericExercise(
-    id="6.10", title="The bill for 405B on v5p", unit="dollars", rtol=0.02,
-    reference=_cost_405b,
-    hints=[
-        (lambda a: _close(a, _cost_405b() * 8192) or _close(a, _cost_405b() * 8960)
-         or _close(a, _cost_405b() * 6144),
+def _ex10_hints(model, chip, mfu):
+    cost = _cost_405b(model, chip, mfu)
+    return [
+        (lambda a: _close(a, cost * 8192) or _close(a, cost * 8960)
+         or _close(a, cost * 6144),
          "chip-hours = FLOPs / (one chip's peak x MFU x 3600 s) already count every chip: "
          "the bill does not depend on how many chips share the work."),
-        (lambda a: _close(a, _cost_405b() * 3600), "the price is per chip-hour: divide the "
-                                                   "chip-seconds by 3600."),
-        (lambda a: _close(a, _cost_405b() * 0.40 ** 2), "a lower MFU makes the run longer, "
-                                                        "so dearer: divide by 0.40."),
-        (lambda a: _close(a, _cost_405b() * 0.40), "divide by the MFU of 0.40: at 40% of "
-                                                   "the peak the chips take 2.5 times as "
-                                                   "long."),
-        (lambda a: _close(a, _cost_405b() * 15 / 15.6), "the run is 15.6T tokens, not 15T."),
-        (lambda a: _close(a, _with_attention()),
+        (lambda a: _close(a, cost * 3600), "the price is per chip-hour: divide the "
+                                           "chip-seconds by 3600."),
+        (lambda a: _close(a, cost * mfu ** 2), "a lower MFU makes the run longer, "
+                                               f"so dearer: divide by {mfu:.2f}."),
+        (lambda a: _close(a, cost * mfu), f"divide by the MFU of {mfu:.2f}: at "
+                                          f"{mfu * 100:g}% of the peak the chips take "
+                                          f"{1 / mfu:.3g} times as long."),
+        (lambda a: _close(a, cost * 15 / 15.6), "the run is 15.6T tokens, not 15T."),
+        (lambda a: _close(a, _with_attention(model, chip, mfu)),
          "that counts attention's FLOPs at 8K too: the exercise counts 6N per token."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="6.10", title="The bill for 405B on v5p", unit="dollars", rtol=0.02,
+    params={"model": "llama3-405b", "chip": "tpu-v5p", "mfu": 0.40},
+    choose={"model": ("llama3-70b", "llama3-405b"),
+            "chip": tuple(c for c in _TPUS + _GPUS if get_chip(c).price_per_hour),
+            "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
+    solve=_cost_405b, hints_for=_ex10_hints,
+    describe=lambda model, chip, mfu: {**_words(model, chip), "pct": f"{mfu * 100:g}"},
+    variant_title="The bill for {size} on {chip_short}",
+    statement="What does the compute of pre-training {model_name} on 15.6T tokens cost on "
+              "{chip_name} at {pct}% MFU, counting $6N$ FLOPs per token, at the "
+              "{chip_short}'s listed price per chip-hour (in `scalebook.hardware`)? In "
+              "dollars. Does the answer depend on how many chips the run uses?",
 ))
 
 
@@ -265,6 +380,28 @@ _KEYS = tuple(_DEFAULTS)
 
 def _ref_11(model, chip, n, B):
     return (model, chip, n, B)
+
+
+# Drawn cases: 8B or 70B on 64 to 256 chips of a kind, a batch of 2M to 8M tokens: pods the
+# planner searches in about 0.1 s. A plan that passes exists for every one whose training
+# state fits when fully sharded (tests/test_exercises_ch06.py searches them all).
+_DRAWN_MODELS_11 = ("llama3-8b", "llama3-70b")
+_DRAWN_CHIPS_11 = ("gpu-a100", "gpu-h100", "gpu-b200", "tpu-v4", "tpu-v5e", "tpu-v5p",
+                   "tpu-v6e")
+_DRAWN_CHIPS_N_11 = (32, 64, 128)
+_DRAWN_BATCHES_11 = (2**20, 2**21, 2**22)
+
+
+def _state_fits_11(model, chip, n):
+    return 16 * _n(model) <= n * _usable(chip)
+
+
+def _gen_11(rng):
+    while True:
+        case = (rng.choice(_DRAWN_MODELS_11), rng.choice(_DRAWN_CHIPS_11),
+                rng.choice(_DRAWN_CHIPS_N_11), rng.choice(_DRAWN_BATCHES_11))
+        if _state_fits_11(*case[:3]):
+            return case
 
 
 def _plan_of(got, case):
@@ -328,7 +465,7 @@ def _comm_bound(got, want, args):
 
 register(CodeExercise(
     id="6.11", title="A plan that fits and is compute-bound", reference=_ref_11,
-    compare=_compare_11, cases=_CASES_11,
+    compare=_compare_11, cases=_CASES_11, generate=_gen_11, drawn=2,
     describe=lambda m, c, n, B: f"{m} on {n} x {c}, batch {B} tokens",
     hints=[
         (_bad_keys, "return a dict with keys tp and fsdp, and optionally pp, dp, "
@@ -354,9 +491,17 @@ def _ref_12(n_params, tp, fsdp, pp):
     return par.training_memory_per_chip(n_params / (tp * pp), fsdp, 3).total
 
 
+def _gen_12(rng):
+    """A LLaMA-3 or an arbitrary parameter count on a TP x FSDP x PP split of real sizes."""
+    n_params = rng.choice((8_030_261_248, 70_553_706_496, 405_853_388_800,
+                           rng.randint(10**6, 10**12)))
+    return (n_params, rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 4, 8, 16, 32, 64, 128, 256)),
+            rng.choice((1, 2, 4, 8, 16)))
+
+
 register(CodeExercise(
     id="6.12", title="Training state per chip, in code", reference=_ref_12, rtol=1e-6,
-    unit="bytes",
+    unit="bytes", generate=_gen_12,
     cases=[(70_553_706_496, 8, 64, 1), (8_030_261_248, 1, 16, 1),
            (405_853_388_800, 8, 64, 16), (1_000_000, 2, 1, 4)],
     describe=lambda N, t, f, p: f"N={N}, tp={t}, fsdp={f}, pp={p}",
