@@ -409,3 +409,75 @@ def test_7_13_code():
     assert "exact multiple" in message("7.13", plus_one_page)
     assert "counts pages" in message("7.13", pages)
     assert "allocated whole" in message("7.13", tokens)
+
+
+# Variants (assignments draw other numbers): each is worked by hand here, and a variant's
+# typical slip gets the hint for its own numbers.
+H200, B200 = get_chip("gpu-h200"), get_chip("gpu-b200")
+
+
+def variant_message(i, answer, params):
+    return evaluate(i, answer, variant=params).message
+
+
+def test_7_1_variant_fp8_on_h100():
+    params = {"chip": "gpu-h100", "weights": "fp8", "compute": "fp8"}
+    b_star = 1979e12 * 1 / (2 * H100.hbm_bandwidth)
+    assert evaluate("7.1", b_star, variant=params).correct
+    assert not evaluate("7.1", B_STAR, variant=params).correct
+    assert "fp8 weights with bf16 compute" in variant_message("7.1", b_star / 2, params)
+    assert "(fp8 is 1)" in variant_message("7.1", 2 * b_star, params)
+    int4 = {"chip": "gpu-a100", "weights": "int4", "compute": "int8"}
+    assert evaluate("7.1", B_STAR / 2, variant=int4).correct
+    assert "counted at 1 byte (int4 is 0.5)" in variant_message("7.1", B_STAR, int4)
+
+
+def test_7_2_variant():
+    params = {"B": 16, "T": 32768, "chip": "gpu-a100"}
+    weights = 2 * N70 / (8 * A100.hbm_bandwidth)
+    t_mem = weights + 16 * 32768 * kv_per_token(M70) / (8 * A100.hbm_bandwidth)
+    assert evaluate("7.2", t_mem, variant=params).correct
+    assert "its own 32,768 tokens" in variant_message("7.2", weights, params)
+
+
+def test_7_4_variant_70b():
+    params = {"model": "llama3-70b", "S": 8192}
+    assert evaluate("7.4", 8192 * 8 / 9, variant=params).correct
+    assert "64 / 8 = 8 for 70B" in variant_message("7.4", 8192 / 2, params)
+    assert "that is S" in variant_message("7.4", 8192, params)
+
+
+def test_7_6_variant_b200():
+    params = {"chip": "gpu-b200", "context": 65536}
+    per_seq = kv_per_token(M8, s=1) * 65536
+    fit = math.floor((B200.hbm_bytes - 2 * n_params(**M8)) / per_seq)
+    assert evaluate("7.6", fit, variant=params).correct
+    assert "bf16 cache" in variant_message("7.6", math.floor(
+        (B200.hbm_bytes - 2 * n_params(**M8)) / (2 * per_seq)), params)
+    assert "16 GB first" in variant_message("7.6", B200.hbm_bytes // per_seq, params)
+
+
+def test_7_7_variant():
+    params = {"n": 4, "chip": "tpu-v5e", "hop_us": 5}
+    v = 2 * 4 * get_chip("tpu-v5e").ici_link_bandwidth * 5e-6
+    assert evaluate("7.7", v, variant=params).correct
+    assert "cancel" in variant_message("7.7", v * 3 / 4, params)
+    assert "t_hop = 5e-6 s" in variant_message("7.7", v * 1e6, params)
+
+
+def test_7_9_variant():
+    params = {"alpha": 0.8, "gamma": 3, "rho": 0.05}
+    right = (1 - 0.8 ** 4) / 0.2 / 1.15
+    assert evaluate("7.9", right, variant=params).correct
+    assert "gamma + 1 terms" in variant_message("7.9", (1 - 0.8 ** 3) / 0.2 / 1.15, params)
+    assert "alpha = 1" in variant_message("7.9", 4 / 1.15, params)
+
+
+def test_drawn_code_inputs_are_in_the_specification():
+    from scalebook.exercises import get_exercise
+    for K, B, n in get_exercise("7.10").drawn_cases(b"spec", n=200):
+        assert B % (n // math.gcd(K, n)) == 0
+    for alpha, gamma in get_exercise("7.11").drawn_cases(b"spec", n=200):
+        assert 0 <= alpha <= 1 and gamma >= 1
+    for lengths, page in get_exercise("7.13").drawn_cases(b"spec", n=200):
+        assert lengths and min(lengths) >= 1 and page >= 1

@@ -268,10 +268,35 @@ globals().update(standard_tests(8, RIGHT, WRONG, HINTS, all_hints=True))
 
 
 # -- 8.10: the smallest slice --------------------------------------------------------------
+# The slices a chip comes in: powers of two; on a TPU no 2-chip slice, and on the 3D torus
+# of v4 and v5p at least 4 chips (the statement says so, as the planner does).
 def min_slice(model, chip, weights_dtype, context, min_batch):
     m, c = MODELS[model], get_chip(chip)
     need = n_params(**m) * BYTES[weights_dtype] + min_batch * context * kv_per_token(m)
-    return max(1, pow2(need / (0.9 * c.hbm_bytes)))
+    n = max(1, pow2(need / (0.9 * c.hbm_bytes)))
+    if chip.startswith("tpu-") and n == 2:
+        n = 4
+    return max(n, 4) if chip in ("tpu-v4", "tpu-v5p") else n
+
+
+def test_8_10_slices_the_chip_comes_in():
+    def any_power_of_two(model, chip, wd, T, B):
+        m = MODELS[model]
+        need = n_params(**m) * BYTES[wd] + B * T * kv_per_token(m)
+        return max(1, pow2(need / (0.9 * get_chip(chip).hbm_bytes)))
+
+    def gib_for_gb(model, chip, wd, T, B):          # 80 GB read as 80 GiB
+        m, hbm = MODELS[model], get_chip(chip).hbm_bytes
+        need = n_params(**m) * BYTES[wd] + B * T * kv_per_token(m)
+        return max(1, pow2(need / (0.9 * hbm / 1e9 * 2 ** 30)))
+
+    assert min_slice("llama3-8b", "tpu-v6e", "bf16", 8192, 16) == 4     # 1.15 chips
+    assert min_slice("llama3-8b", "tpu-v5p", "bf16", 4096, 8) == 4      # 0.22 chips
+    assert min_slice("llama3-8b", "gpu-h100", "int8", 8192, 64) == 2    # 1.07 chips
+    assert gib_for_gb("llama3-8b", "gpu-h100", "int8", 8192, 64) == 1
+    assert "not a slice this chip comes in" in message("8.10", any_power_of_two)
+    r = evaluate("8.10", gib_for_gb)
+    assert r.status == "wrong" and "16e9 bytes" in r.message, r
 
 
 def test_8_10_right():
@@ -440,3 +465,53 @@ def test_8_12_checks_several_models_and_chips():
     chips = {p.chip for plans, _ in cases for p in plans}
     assert models == set(MODELS) and {"tpu-v5e", "gpu-h100", "tpu-v6e"} <= chips
     assert all(isinstance(p, serving.ServingPlan) for p in cases[0][0])
+
+
+# -- variants (assignments draw other numbers), worked by hand -----------------------------
+def test_8_3_to_8_5_variant():
+    params = {"B": 32, "T": 16384, "n": 32}
+    t = (N70 * 0.5 + 32 * 16384 * kv_per_token(M70)) / (32 * V5E.hbm_bandwidth)
+    tps = 32 / t / 32
+    assert evaluate("8.3", t, variant=params).correct
+    assert not evaluate("8.3", T_3, variant=params).correct
+    assert "32 chips' HBM" in evaluate("8.3", t * 32, variant=params).message
+    assert evaluate("8.4", tps, variant=params).correct
+    assert "its 32 chips" in evaluate("8.4", tps * 32, variant=params).message
+    assert evaluate("8.5", 1.20 / 3600 / tps * 1e6, variant=params).correct
+    assert "no factor 32" in evaluate("8.5", 32 * 1.20 / 3600 / tps * 1e6,
+                                      variant=params).message
+
+
+def test_8_14_variant():
+    params = {"page": 512, "short": (500, 300), "long": (6000, 2000), "n": 16}
+    free = 0.9 * 16 * 16e9 - n_params(**M70)
+    pages = math.floor(free / (512 * kv_per_token(M70)))
+    held = 2 * (pages // (2 + 16))                  # 800 -> 2 pages, 8000 -> 16
+    assert evaluate("8.14", held, variant=params).correct
+    no_pages = 2 * math.floor(free / kv_per_token(M70) / 8800)
+    assert "an 800-token request holds 2 pages (1,024 slots), an 8,000-token one 16 (8,192)" \
+        in evaluate("8.14", no_pages, variant=params).message
+    by_count = 2 * math.floor(free / (8000 * kv_per_token(M70)) / 2)
+    assert "8,000 tokens" in evaluate("8.14", by_count, variant=params).message
+
+
+def test_8_15_variant():
+    params = {"model": "llama3-8b", "prompt": 12000, "kv": "bf16", "n": 8,
+              "chip": "tpu-v5p"}
+    trip = 12000 * kv_per_token(M8) / (8 * get_chip("tpu-v5p").dcn_bandwidth)
+    assert evaluate("8.15", trip, variant=params).correct
+    assert "8-bit cache; bf16 is 2 bytes" in evaluate("8.15", trip / 2, variant=params).message
+    assert "each of the 8 chips" in evaluate("8.15", 8 * trip, variant=params).message
+
+
+def test_drawn_code_inputs_are_in_the_specification():
+    from scalebook.exercises import get_exercise
+    for args in get_exercise("8.10").drawn_cases(b"spec", n=100):
+        assert min_slice(*args) == get_exercise("8.10").reference(*args)
+    for (points,) in get_exercise("8.11").drawn_cases(b"spec", n=100):
+        assert points and len(set(points)) == len(points)
+    at_target = 0
+    for plans, target in get_exercise("8.12").drawn_cases(b"spec", n=20):
+        assert cheapest(plans, target).step_time <= target
+        at_target += any(p.step_time == target for p in plans)
+    assert at_target >= 2          # plans exactly at the target are drawn too

@@ -171,8 +171,8 @@ def any_event(trace_json):
 
 
 def test_9_5_right_answer():
-    r = evaluate("9.5", slowest_op)
-    assert r.correct and "3 test inputs" in r.message, r
+    r = evaluate("9.5", slowest_op)     # 3 published traces and 3 drawn ones
+    assert r.correct and "6 test inputs" in r.message, r
 
 
 @pytest.mark.parametrize("fn,word", [(longest_event, "single event"),
@@ -229,8 +229,8 @@ def entry_only(text):
 
 
 def test_9_6_right_answer():
-    r = evaluate("9.6", n_fusions)
-    assert r.correct and "5 test inputs" in r.message, r
+    r = evaluate("9.6", n_fusions)      # 5 published programs and 3 drawn ones
+    assert r.correct and "8 test inputs" in r.message, r
 
 
 @pytest.mark.parametrize("fn,word", [(lambda t: t.count(" fusion("), "a fusion calls"),
@@ -324,3 +324,49 @@ def test_9_8_other_mistakes():
     assert "raised" in evaluate("9.8", lambda: 1 / 0).message
     assert evaluate("9.8", 3).status == "wrong"
     assert evaluate("9.8", lambda: 3).status == "wrong"
+
+
+# ------------------------------------------------------------------------------------------
+# Variants (assignments draw other numbers) and drawn code inputs
+# ------------------------------------------------------------------------------------------
+
+def test_9_1_variant():
+    params = {"tp": 8, "chip": "tpu-v6e", "n_seq": 1, "seq_len": 4096}
+    v6e = get_chip("tpu-v6e")
+    ar = 4 * (2 * 7 / 8 * 2 * 4096 * D) / (2 * v6e.ici_link_bandwidth)
+    assert evaluate("9.1", ar, variant=params).correct
+    assert not evaluate("9.1", AR1, variant=params).correct
+    # 8 chips: twice the group (16) would split the 8 KV heads, so no such hint
+    assert "not 16" not in evaluate("9.1", ar * (15 / 16) / (7 / 8), variant=params).message
+    four = {"tp": 4, "chip": "tpu-v5e", "n_seq": 4, "seq_len": 2048}
+    ar4 = 4 * (2 * 3 / 4 * 2 * 8192 * D) / (2 * get_chip("tpu-v5e").ici_link_bandwidth)
+    assert "(tp = 4), not 8" in evaluate("9.1", ar4 * (7 / 8) / (3 / 4), variant=four).message
+
+
+def test_9_2_variant():
+    params = {"chip": "gpu-b200", "tokens": 8192, "tp": 4}
+    b200 = get_chip("gpu-b200")
+    on, comm = layer_times(b200, 8192, 8192, 4, b200.ici_links * b200.ici_link_bandwidth)
+    assert evaluate("9.2", comm / (on + comm), variant=params).correct
+    assert "whole step" in evaluate("9.2", comm / on, variant=params).message
+    v5p_on, v5p_comm = layer_times(v5p, 8192, 8192, 4, 2 * v5p.ici_link_bandwidth)
+    assert "for a B200 node" in evaluate("9.2", v5p_comm / (v5p_on + v5p_comm),
+                                         variant=params).message
+
+
+def test_9_4_variant():
+    params = {"lead": (16,), "rows": 300, "cols": 100}
+    right = 16 * 304 * 128 * 4
+    assert evaluate("9.4", right, variant=params).correct
+    assert "(300) is padded too" in evaluate("9.4", 16 * 300 * 128 * 4, variant=params).message
+    # 100 -> 128 is not a doubling: padding only the rows and using 2 bytes differ here
+    assert "(100) is padded too" in evaluate("9.4", 16 * 304 * 100 * 4, variant=params).message
+    assert "4 bytes each" in evaluate("9.4", 16 * 304 * 128 * 2, variant=params).message
+
+
+def test_drawn_traces_and_programs():
+    from scalebook.exercises import get_exercise
+    for (trace,) in get_exercise("9.5").drawn_cases(b"spec", n=30):
+        assert slowest_op(trace) == get_exercise("9.5").reference(trace)
+    for (text,) in get_exercise("9.6").drawn_cases(b"spec", n=6):
+        assert n_fusions(text) == get_exercise("9.6").reference(text)

@@ -77,6 +77,27 @@ def test_unanswered_and_malformed(ex):
         assert r.status in ("wrong", "not attempted") and r.message, (bad, r)
 
 
+def test_10_1_variant():
+    params = {"n_data": 16, "n_model": 8, "chip": "tpu-v5e"}
+    w5e = get_chip("tpu-v5e").ici_link_bandwidth
+    right = 15 / 16 * (W_LAYER / 8) / (2 * w5e)
+    assert evaluate("10.1", right, variant=params).correct
+    assert not evaluate("10.1", RIGHT["10.1"], variant=params).correct
+    assert "n_model = 8" in evaluate("10.1", 8 * right, variant=params).message
+    assert "16 chips of 'data' only, not over all 128" in evaluate(
+        "10.1", 127 / 128 * (W_LAYER / 8) / (2 * w5e), variant=params).message
+
+
+def test_10_4_variant():
+    params = {"n_nodes": 4, "chip": "gpu-a100", "model": "llama3-8b"}
+    a100 = get_chip("gpu-a100")
+    w8 = (4096 * 32 * 128 * 2 + 2 * 4096 * 8 * 128 + 3 * 4096 * 14336) * 2
+    right = 3 / 4 * (w8 / 8) / a100.dcn_bandwidth
+    assert evaluate("10.4", right, variant=params).correct
+    nvlink = right * a100.dcn_bandwidth / (a100.ici_link_bandwidth * a100.ici_links)
+    assert "W_dcn" in evaluate("10.4", nvlink, variant=params).message
+
+
 # ---- code exercises on the mesh -----------------------------------------------------------
 def tp_right(x, w1, w2):
     return jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "y")

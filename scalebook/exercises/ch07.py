@@ -12,7 +12,8 @@ from .. import inference as inf
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise,
+                    VariedNumericExercise, as_number)
 
 
 def _close(a, b, rtol=0.02):
@@ -23,22 +24,74 @@ def _m(name):
     return get_model(name)
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise): each varied exercise's
+# ``params`` are the chapter's own numbers, ``choose`` the values an assignment may draw.
+_GPUS = ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")
+_TPUS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
+_LLAMAS = ("llama3-8b", "llama3-70b", "llama3-405b")
+
+
+def _short(model):
+    """"405B" for llama3-405b."""
+    return model.split("-")[-1].upper()
+
+
+def _chip_name(chip):
+    return get_chip(chip).display_name
+
+
 # 7.1 -------------------------------------------------------------------------------------
-def _b_star(weight="int8", compute="int8"):
-    return inf.decode_critical_batch("gpu-a100", weight, compute)
+def _b_star(weight="int8", compute="int8", chip="gpu-a100"):
+    return inf.decode_critical_batch(chip, weight, compute)
 
 
-register(NumericExercise(
+def _bytes_words(dtype):
+    s = inf.bytes_per_element(dtype)
+    return f"{s:g} byte" + ("s" if s > 1 else "")
+
+
+def _hints71(chip, weights, compute):
+    ref = _b_star(weights, compute, chip)
+    peak_ratio = get_chip(chip).peak_flops(compute) / get_chip(chip).bf16_flops
+    grows = "doubles" if math.isclose(peak_ratio, 2) else "raises"
+    heavier = 2 * inf.bytes_per_element(weights)
+    return [
+        (lambda a: _close(a, _b_star(weights, "bf16", chip)),
+         f"that is {weights} weights with bf16 compute; {compute} compute {grows} the peak C "
+         f"too."),
+        (lambda a: _close(a, 2 * ref),
+         f"2x too large: either the weights were counted at {heavier:g} byte"
+         f"{'s' if heavier > 1 else ''} ({weights} is {inf.bytes_per_element(weights):g}), or "
+         f"the factor 2 of 2 B D F FLOPs was left out: B* = C s_w / (2 W_hbm)."),
+        (lambda a: _close(a, 1 / ref), "upside down: B* = C s_w / (2 W_hbm)."),
+    ]
+
+
+def _valid71(chip, weights, compute):
+    try:                      # the chip publishes a peak for the compute dtype
+        get_chip(chip).peak_flops(compute)
+    except ValueError:
+        return False
+    # 8-bit weights multiplied in their own format, or int4 weights widened to 8 bits
+    return weights in (compute, "int4")
+
+
+register(VariedNumericExercise(
     id="7.1", title="Critical batch with int8 weights and int8 compute", unit="sequences",
-    rtol=0.03, reference=_b_star,
-    hints=[
-        (lambda a: _close(a, _b_star("int8", "bf16")),
-         "that is int8 weights with bf16 compute; int8 compute doubles the peak C too."),
-        (lambda a: _close(a, _b_star("bf16", "int8")),
-         "2x too large: either the weights were counted at 2 bytes (int8 is 1), or the factor 2 "
-         "of 2 B D F FLOPs was left out: B* = C s_w / (2 W_hbm)."),
-        (lambda a: _close(a, 1 / _b_star()), "upside down: B* = C s_w / (2 W_hbm)."),
-    ],
+    rtol=0.03,
+    params={"chip": "gpu-a100", "weights": "int8", "compute": "int8"},
+    choose={"chip": _GPUS + _TPUS, "weights": ("int8", "fp8", "int4"),
+            "compute": ("int8", "fp8")},
+    solve=lambda chip, weights, compute: _b_star(weights, compute, chip),
+    hints_for=_hints71, valid=_valid71,
+    describe=lambda chip, weights, compute: {"chip_name": _chip_name(chip),
+                                             "w_bytes": _bytes_words(weights)},
+    variant_title="Critical batch with {weights} weights and {compute} compute",
+    statement="On one {chip_name} (`{chip}`: its dense {compute} peak and HBM bandwidth from "
+              "the hardware table), decode weights are stored in {weights} ({w_bytes} each) "
+              "and multiplied at the chip's {compute} peak. Above which batch $B^{{*}}$ does "
+              "a decode weight matmul become compute-bound? Use the approximation "
+              "$B \\ll D, F$ of section 7.2. Answer in sequences.",
 ))
 
 
@@ -46,24 +99,49 @@ register(NumericExercise(
 _B2, _T2 = 48, 8192
 
 
-def _t_mem(kv=True, n=8, kv_bytes=2, all_params=False):
+def _t_mem(kv=True, n=8, kv_bytes=2, all_params=False, B=_B2, T=_T2, chip="gpu-h100"):
     m = _m("llama3-70b")
     w = (m.num_params() if all_params else m.matmul_params()) * 2
-    cache = _B2 * _T2 * m.kv_cache_bytes_per_token(kv_bytes) if kv else 0
-    return (w + cache) / (n * get_chip("gpu-h100").hbm_bandwidth)
+    cache = B * T * m.kv_cache_bytes_per_token(kv_bytes) if kv else 0
+    return (w + cache) / (n * get_chip(chip).hbm_bandwidth)
 
 
-register(NumericExercise(
+def _ref72(B=_B2, T=_T2, chip="gpu-h100"):
+    return inf.decode_step_time("llama3-70b", chip, B, T, n_chips=8).t_mem
+
+
+def _hints72(B, T, chip):
+    def t(**kw):
+        return _t_mem(B=B, T=T, chip=chip, **kw)
+    return [
+        (lambda a: _close(a, t(kv=False)), f"that is the weights alone; every sequence also "
+                                           f"reads its own {T:,} tokens of cache."),
+        (lambda a: _close(a, t(n=1)), "8x too large: the 8 chips read their shares at the "
+                                      "same time, so divide by 8 W_hbm."),
+        (lambda a: _close(a, t(kv_bytes=4)), "the cache is bf16, 2 bytes per element."),
+        (lambda a: _close(a, t() * 1e3), "that is in ms; answer in seconds."),
+    ]
+
+
+def _fits72(B, T, chip):
+    try:
+        _ref72(B, T, chip)
+    except ValueError:          # the weights and the caches do not fit in the 8 HBMs
+        return False
+    return True
+
+
+register(VariedNumericExercise(
     id="7.2", title="Minimum decode step of 70B", unit="seconds", rtol=0.03,
-    reference=lambda: inf.decode_step_time("llama3-70b", "gpu-h100", _B2, _T2, n_chips=8).t_mem,
-    hints=[
-        (lambda a: _close(a, _t_mem(kv=False)), "that is the weights alone; every sequence also "
-                                                "reads its own 8,192 tokens of cache."),
-        (lambda a: _close(a, _t_mem(n=1)), "8x too large: the 8 chips read their shares at the "
-                                           "same time, so divide by 8 W_hbm."),
-        (lambda a: _close(a, _t_mem(kv_bytes=4)), "the cache is bf16, 2 bytes per element."),
-        (lambda a: _close(a, _t_mem() * 1e3), "that is in ms; answer in seconds."),
-    ],
+    params={"B": _B2, "T": _T2, "chip": "gpu-h100"},
+    choose={"B": (16, 32, 48, 64, 96, 128), "T": (2048, 4096, 8192, 16384, 32768),
+            "chip": _GPUS},
+    solve=_ref72, hints_for=_hints72, valid=_fits72,
+    describe=lambda B, T, chip: {"chip_name": _chip_name(chip)},
+    statement="LLaMA-3 70B in bf16 decodes a batch of {B} sequences at context $T = {T}$ "
+              "with a bf16 cache on 8 {chip_name} GPUs. What is the memory-time bound "
+              "$T_{{\\mathrm{{mem}}}}$ of one step (matmul weights and the whole batch's "
+              "cache, read once, over the 8 chips' HBM bandwidth)? Answer in seconds.",
 ))
 
 
@@ -92,24 +170,36 @@ register(NumericExercise(
 
 
 # 7.4 -------------------------------------------------------------------------------------
-def _attn_405(fused=True, G=None, S=4096):
-    m = _m("llama3-405b")
+def _attn_405(fused=True, G=None, S=4096, model="llama3-405b"):
+    m = _m(model)
     return inf.attention_cost(S, S, m.group_size if G is None else G, m.head_dim,
                               fused=fused).intensity
 
 
-register(NumericExercise(
-    id="7.4", title="Prefill attention intensity of 405B", unit="FLOPs/byte", rtol=0.01,
-    reference=_attn_405,
-    hints=[
-        (lambda a: _close(a, _attn_405(fused=False), 0.02),
+def _hints74(model, S):
+    m = _m(model)
+    return [
+        (lambda a: _close(a, _attn_405(fused=False, S=S, model=model), 0.02),
          "that is the naive kernel that writes the scores to HBM; a fused kernel keeps them on chip."),
-        (lambda a: _close(a, 4096, 0.005),
+        (lambda a: _close(a, S, 0.005),
          "that is S: the G/(G + 1) factor comes from reading q and writing the output (G S h each) "
          "next to k and v (T h each)."),
-        (lambda a: _close(a, _attn_405(G=1), 0.02),
-         "G = H / H_kv query heads share one KV head: 128 / 8 = 16 for 405B."),
-    ],
+        (lambda a: _close(a, _attn_405(G=1, S=S, model=model), 0.02),
+         f"G = H / H_kv query heads share one KV head: {m.n_heads} / {m.n_kv_heads} = "
+         f"{m.group_size} for {_short(model)}."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="7.4", title="Prefill attention intensity of 405B", unit="FLOPs/byte", rtol=0.01,
+    params={"model": "llama3-405b", "S": 4096},
+    choose={"model": _LLAMAS, "S": (1024, 2048, 4096, 8192, 16384, 32768)},
+    solve=lambda model, S: _attn_405(S=S, model=model), hints_for=_hints74,
+    describe=lambda model, S: {"short": _short(model)},
+    variant_title="Prefill attention intensity of {short}",
+    statement="For LLaMA-3 {short}, what is the arithmetic intensity of fused (flash-style) "
+              "attention in a prefill of $S = T = {S}$ tokens, bf16, for one sequence? Use "
+              "the exact expression of 7.2. Answer in FLOPs per byte.",
 ))
 
 
@@ -136,50 +226,80 @@ register(NumericExercise(
 
 
 # 7.6 -------------------------------------------------------------------------------------
-def _fit(kv="int8", with_weights=True):
+def _fit(kv="int8", with_weights=True, chip="gpu-h100", context=32768):
     if with_weights:
-        return inf.fit_batch("llama3-8b", "gpu-h100", 1, 32768, kv_dtype=kv).max_batch
-    per_seq = inf.kv_bytes_per_sequence("llama3-8b", 32768, dtype=kv)
-    return int(get_chip("gpu-h100").hbm_bytes // per_seq)
+        return inf.fit_batch("llama3-8b", chip, 1, context, kv_dtype=kv).max_batch
+    per_seq = inf.kv_bytes_per_sequence("llama3-8b", context, dtype=kv)
+    return int(get_chip(chip).hbm_bytes // per_seq)
 
 
-register(NumericExercise(
-    id="7.6", title="The batch that fits with an int8 cache", unit="sequences", integer=True,
-    reference=_fit,
-    hints=[
-        (lambda a: a == _fit("bf16"), "that is a bf16 cache; int8 halves the bytes per token."),
-        (lambda a: a == _fit() + 1,
+def _hints76(chip, context):
+    fit = _fit(chip=chip, context=context)
+    weights_gb = _m("llama3-8b").weight_bytes(2) / 1e9
+    return [
+        (lambda a: a == _fit("bf16", chip=chip, context=context),
+         "that is a bf16 cache; int8 halves the bytes per token."),
+        (lambda a: a == fit + 1,
          "one too many: round down (a partial sequence does not fit), and count 2 bytes for "
          "every parameter, the embedding table too: it is stored even if no matmul reads it."),
-        (lambda a: a == _fit(with_weights=False), "the bf16 weights take their 16 GB first."),
-    ],
+        (lambda a: a == _fit(with_weights=False, chip=chip, context=context),
+         f"the bf16 weights take their {weights_gb:.0f} GB first."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="7.6", title="The batch that fits with an int8 cache", unit="sequences", integer=True,
+    params={"chip": "gpu-h100", "context": 32768},
+    choose={"chip": _GPUS, "context": (8192, 16384, 32768, 65536, 131072)},
+    solve=lambda chip, context: _fit(chip=chip, context=context), hints_for=_hints76,
+    valid=lambda chip, context: _fit(chip=chip, context=context) >= 1,
+    describe=lambda chip, context: {"chip_name": _chip_name(chip)},
+    statement="LLaMA-3 8B in bf16 is served on one {chip_name} with an int8 KV cache. The "
+              "weights are all $N$ parameters (the exact count from `get_model`, embedding "
+              "included) at 2 bytes; the HBM is the hardware table's capacity in bytes "
+              "(decimal: 1 GB = 1e9 bytes, not GiB); nothing else takes memory (no "
+              "activations). How many sequences of {context:,} tokens fit next to the "
+              "weights? A whole number of sequences.",
 ))
 
 
 # 7.7 -------------------------------------------------------------------------------------
-def _v_star(topology="torus"):
-    return collectives.latency_bound_bytes("all-reduce", 16, "tpu-v5p", hop_latency=2e-6,
+def _v_star(topology="torus", n=16, chip="tpu-v5p", hop_us=2):
+    return collectives.latency_bound_bytes("all-reduce", n, chip, hop_latency=hop_us * 1e-6,
                                            topology=topology)
 
 
-register(NumericExercise(
-    id="7.7", title="When an all-reduce is latency-bound", unit="bytes", rtol=0.03,
-    reference=_v_star,
-    hints=[
-        (lambda a: _close(a, _v_star("ring")),
+def _hints77(n, chip, hop_us):
+    def v(**kw):
+        return _v_star(n=n, chip=chip, hop_us=hop_us, **kw)
+    return [
+        (lambda a: _close(a, v(topology="ring")),
          "2x too small: either a one-way ring (on a torus axis half the data goes each way, "
          "2 W_ici), or n - 1 latency steps instead of the all-reduce's 2 (n - 1)."),
-        (lambda a: _close(a, _v_star() * 15 / 16),
+        (lambda a: _close(a, v() * (n - 1) / n),
          "the bandwidth term has (n - 1) / n and the latency term n - 1 steps: the n - 1 cancel, "
          "leaving 2 n W_ici t_hop."),
-        (lambda a: _close(a, _v_star() * 2),
+        (lambda a: _close(a, v() * 2),
          "2x too large: the all-reduce's 2 (n - 1) latency steps go with 2 (n - 1) / n of the "
          "bytes; the factors 2 cancel, but both must be there."),
-        (lambda a: _close(a, _v_star() * get_chip("tpu-v5p").ici_links),
+        (lambda a: _close(a, v() * get_chip(chip).ici_links),
          "that uses all the chip's links; a ring over one torus axis uses one link each way."),
-        (lambda a: _close(a, _v_star() * 1e6) or _close(a, _v_star() * 1e-6),
-         "check the units: bytes, with t_hop = 2e-6 s."),
-    ],
+        (lambda a: _close(a, v() * 1e6) or _close(a, v() * 1e-6),
+         f"check the units: bytes, with t_hop = {hop_us}e-6 s."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="7.7", title="When an all-reduce is latency-bound", unit="bytes", rtol=0.03,
+    params={"n": 16, "chip": "tpu-v5p", "hop_us": 2},
+    choose={"n": (4, 8, 16), "chip": _TPUS, "hop_us": (1, 2, 5)},
+    solve=lambda n, chip, hop_us: _v_star(n=n, chip=chip, hop_us=hop_us),
+    hints_for=_hints77,
+    describe=lambda n, chip, hop_us: {"chip_name": _chip_name(chip)},
+    statement="An all-reduce runs over one torus axis of {n} {chip_name} chips (per-link "
+              "bandwidth from the hardware table, bidirectional ring) with a per-hop latency "
+              "of {hop_us} µs. Below what buffer size (bytes per device) does the latency "
+              "term exceed the bandwidth term? Answer in bytes.",
 ))
 
 
@@ -211,16 +331,28 @@ def _speedup(alpha=0.7, k=4, rho=0.1):
     return inf.speculative_gain(alpha, k, rho).speedup
 
 
-register(NumericExercise(
-    id="7.9", title="Does speculation pay?", unit="ratio", rtol=0.02, reference=_speedup,
-    hints=[
-        (lambda a: _close(a, _speedup(rho=0.0)),
+def _hints79(alpha, gamma, rho):
+    cost = 1 + gamma * rho
+    return [
+        (lambda a: _close(a, _speedup(alpha, gamma, rho=0.0)),
          "that is the tokens per step alone; each step also pays gamma draft steps of rho each."),
-        (lambda a: _close(a, (1 - 0.7 ** 4) / 0.3 / 1.4),
+        (lambda a: _close(a, (1 - alpha ** gamma) / (1 - alpha) / cost),
          "the sum runs from alpha^0 to alpha^gamma: gamma + 1 terms (the target always adds one "
          "token of its own)."),
-        (lambda a: _close(a, 5 / 1.4), "that assumes every draft token is accepted (alpha = 1)."),
-    ],
+        (lambda a: _close(a, (gamma + 1) / cost),
+         "that assumes every draft token is accepted (alpha = 1)."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="7.9", title="Does speculation pay?", unit="ratio", rtol=0.02,
+    params={"alpha": 0.7, "gamma": 4, "rho": 0.1},
+    choose={"alpha": (0.5, 0.6, 0.7, 0.8, 0.9), "gamma": (2, 3, 4, 5, 6, 8),
+            "rho": (0.02, 0.05, 0.1, 0.2)},
+    solve=lambda alpha, gamma, rho: _speedup(alpha, gamma, rho), hints_for=_hints79,
+    statement="A draft model costs $\\rho = {rho}$ of a target step, proposes "
+              "$\\gamma = {gamma}$ tokens, and each is accepted with $\\alpha = {alpha}$. "
+              "What is the speed-up over plain decoding (a ratio)?",
 ))
 
 
@@ -231,6 +363,16 @@ def _kvs_ref(n_kv_heads, batch, n_shards):
 
 
 _CASES_10 = [(8, 36, 12), (8, 32, 4), (8, 32, 32), (4, 16, 8), (1, 8, 8), (8, 64, 16)]
+
+
+def _gen10(rng):
+    """A model's KV heads (1, 2, 4, 8 or 16), a mesh of 1 to 64 shards (powers of two, or
+    one 3-, 6- or 12-way factor, where min() and gcd differ), and a batch that divides by
+    the batch shards."""
+    K = rng.choice((1, 2, 4, 8, 8, 16))
+    n = rng.choice((1, 2, 4, 8, 16, 32, 64, 3, 6, 12, 24, 48))
+    rest = n // math.gcd(K, n)
+    return (K, rest * rng.choice((1, 2, 3, 4, 8, 16)), n)
 
 
 def _min_split(K, n):
@@ -250,7 +392,7 @@ def _pair(got):
 register(CodeExercise(
     id="7.10", title="KV-cache sharding, in code", reference=_kvs_ref, cases=_CASES_10,
     compare=lambda got, want: _pair(got) == want,
-    describe=lambda K, B, n: f"n_kv_heads={K}, batch={B}, n_shards={n}",
+    describe=lambda K, B, n: f"n_kv_heads={K}, batch={B}, n_shards={n}", generate=_gen10,
     hints=[
         (lambda got, want, args: _pair(got) in _min_split(args[0], args[2]),
          "min(n_kv_heads, n_shards) need not divide n_shards: 8 heads on 12 shards split 4 ways, "
@@ -267,10 +409,17 @@ register(CodeExercise(
 # 7.11 ------------------------------------------------------------------------------------
 _CASES_11 = [(0.8, 4), (0.5, 1), (1.0, 5), (0.0, 3), (0.95, 10), (0.3, 7)]
 
+
+def _gen11(rng):
+    """alpha in [0, 1] (the ends now and then: 1 divides the closed form by zero), gamma
+    from 1 to 12."""
+    alpha = rng.choice((0.0, 1.0)) if rng.random() < 0.2 else round(rng.uniform(0, 1), 3)
+    return (alpha, rng.randint(1, 12))
+
 register(CodeExercise(
     id="7.11", title="Expected tokens per target step, in code",
     reference=inf.speculative_tokens_per_step, cases=_CASES_11, rtol=1e-9,
-    describe=lambda a, g: f"alpha={a}, gamma={g}",
+    describe=lambda a, g: f"alpha={a}, gamma={g}", generate=_gen11,
     hints=[
         (lambda got, want, args: _close(as_number(got), want - 1, 1e-9),
          "one too few: the target always adds its own token, so the sum starts at alpha^0 = 1."),
@@ -386,10 +535,19 @@ def _paged_ref(lengths, page_size):
 _CASES_13 = [([16, 32, 17, 1], 16), ([100, 200, 300], 64), ([7], 8), ([8, 8, 8], 8),
              ([4096, 1, 513], 256)]
 
+
+def _gen13(rng):
+    """1 to 6 sequences of 1 to 8,192 tokens, some an exact number of pages, on pages of 8 to
+    256 tokens."""
+    page = rng.choice((8, 16, 32, 64, 128, 256))
+    lengths = [rng.randint(1, 64) * page if rng.random() < 0.3 else rng.randint(1, 8192)
+               for _ in range(rng.randint(1, 6))]
+    return (lengths, page)
+
 register(CodeExercise(
     id="7.13", title="Paged cache slots, in code", reference=_paged_ref, cases=_CASES_13,
     compare=lambda got, want: as_number(got) == want,
-    describe=lambda ls, p: f"lengths={ls}, page_size={p}",
+    describe=lambda ls, p: f"lengths={ls}, page_size={p}", generate=_gen13,
     hints=[
         (lambda got, want, args: as_number(got) == sum(x // args[1] * args[1] for x in args[0]),
          "rounding down drops the last partial page: a sequence needs ceil(length / page) pages."),

@@ -12,7 +12,8 @@ from .. import serving
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import ChoiceExercise, CodeExercise, NumericExercise, as_number
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise,
+                    VariedNumericExercise, as_number)
 
 FRAC = 0.9
 
@@ -107,74 +108,123 @@ register(NumericExercise(
 
 
 # 8.3 -------------------------------------------------------------------------------------
+# 8.3, 8.4 and 8.5 share their numbers (B, T, n); an assignment draws each exercise's own,
+# so each statement gives all of them.
 _B3, _N3, _T3 = 64, 16, 8192
+_SLICE_CHOICES = {"B": (16, 32, 64, 128, 256), "T": (2048, 4096, 8192, 16384, 32768),
+                  "n": (8, 16, 32, 64)}
 
 
-def _t3(s_w=0.5, kv=True, n=_N3, all_params=False, s_kv=2):
+def _t3(s_w=0.5, kv=True, n=_N3, all_params=False, s_kv=2, B=_B3, T=_T3):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
     w = (m.num_params() if all_params else m.matmul_params()) * s_w
-    cache = _B3 * _T3 * inf.kv_bytes_per_token(m) * s_kv / 2 if kv else 0
+    cache = B * T * inf.kv_bytes_per_token(m) * s_kv / 2 if kv else 0
     return (w + cache) / (n * chip.hbm_bandwidth)
 
 
-def _step3():
-    return inf.decode_step_time("llama3-70b", "tpu-v5e", _B3, _T3, _N3, "int4",
-                                check_memory=False).t_mem
+def _decode3(B=_B3, T=_T3, n=_N3):
+    return inf.decode_step_time("llama3-70b", "tpu-v5e", B, T, n, "int4", check_memory=False)
 
 
-register(NumericExercise(
-    id="8.3", title="A decode step of 70B in int4", unit="seconds", rtol=0.03,
-    reference=_step3,
-    hints=[
-        (lambda a: _close(a, _t3(s_w=2)), "the weights were counted in bf16; int4 is half "
+def _step3(B=_B3, T=_T3, n=_N3):
+    return _decode3(B, T, n).t_mem
+
+
+def _valid3(B, T, n):
+    """The int4 weights and the caches fit in 90% of the slice's HBM, and the step is
+    memory-bound (8.4 and 8.5 take its throughput from T_mem)."""
+    fit = inf.fit_batch("llama3-70b", "tpu-v5e", n, T, weight_dtype="int4",
+                        hbm_fraction=FRAC).max_batch
+    step = _decode3(B, T, n)
+    return fit >= B and step.t_mem > step.t_math
+
+
+def _hints3(B, T, n):
+    def t(**kw):
+        return _t3(**{"B": B, "T": T, "n": n, **kw})
+    return [
+        (lambda a: _close(a, t(s_w=2)), "the weights were counted in bf16; int4 is half "
          "a byte per weight."),
-        (lambda a: _close(a, _t3(s_w=1)), "int4 is half a byte per weight, not one."),
-        (lambda a: _close(a, _t3(kv=False)), "that is the weights alone; the step also reads "
+        (lambda a: _close(a, t(s_w=1)), "int4 is half a byte per weight, not one."),
+        (lambda a: _close(a, t(kv=False)), "that is the weights alone; the step also reads "
          "the whole batch's cache, B T x 2 L H_kv h s bytes."),
-        (lambda a: _close(a, _t3(n=1)), "the bytes are read by the 16 chips' HBM together."),
-        (lambda a: _close(a, _t3(s_kv=0.5)), "only the weights are int4; the cache is bf16, "
+        (lambda a: _close(a, t(n=1)), f"the bytes are read by the {n} chips' HBM together."),
+        (lambda a: _close(a, t(s_kv=0.5)), "only the weights are int4; the cache is bf16, "
          "2 bytes per element."),
-    ],
+    ]
+
+
+_SLICE_WORDS = ("LLaMA-3 70B with int4 weights decodes a batch of {B} sequences at context "
+                "{T} (bf16 cache) on {n} TPU v5e chips.")
+
+register(VariedNumericExercise(
+    id="8.3", title="A decode step of 70B in int4", unit="seconds", rtol=0.03,
+    params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
+    solve=_step3, hints_for=_hints3, valid=_valid3,
+    statement=_SLICE_WORDS + " What is the memory time $T_{{\\mathrm{{mem}}}}$ of one step: "
+    "the matmul weights ($N_{{\\mathrm{{mm}}}}$, `matmul_params()`) and the whole cache, "
+    "read once over the {n} chips' HBM bandwidth? Answer in seconds.",
 ))
 
 
 # 8.4 -------------------------------------------------------------------------------------
-def _tps4():
-    return _B3 / _step3() / _N3
+def _tps4(B=_B3, T=_T3, n=_N3):
+    return B / _step3(B, T, n) / n
 
 
-register(NumericExercise(
-    id="8.4", title="Tokens per second per chip", unit="tokens/s", rtol=0.03,
-    reference=_tps4,
-    hints=[
-        (lambda a: _close(a, _tps4() * _N3), "that is the whole slice; divide by its 16 chips."),
-        (lambda a: _close(a, _tps4() / _B3), "a step makes one token for each of the 64 "
+def _hints4(B, T, n):
+    tps = _tps4(B, T, n)
+    return [
+        (lambda a: _close(a, tps * n), f"that is the whole slice; divide by its {n} chips."),
+        (lambda a: _close(a, tps / B), f"a step makes one token for each of the {B} "
          "sequences of the batch."),
-        (lambda a: _close(a, _tps4() / (_B3 * _N3)), "that is one sequence on one chip: a step "
+        (lambda a: _close(a, tps / (B * n)), "that is one sequence on one chip: a step "
          "makes B tokens, shared by n chips."),
-    ],
+    ]
+
+
+_MEMORY_BOUND_WORDS = (" The step is memory-bound: it takes $T_{{\\mathrm{{mem}}}}$, the "
+                       "matmul weights ($N_{{\\mathrm{{mm}}}}$) and the whole cache read "
+                       "once over the {n} chips' HBM bandwidth (exercise 8.3).")
+
+register(VariedNumericExercise(
+    id="8.4", title="Tokens per second per chip", unit="tokens/s", rtol=0.03,
+    params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
+    solve=_tps4, hints_for=_hints4, valid=_valid3,
+    statement=_SLICE_WORDS + _MEMORY_BOUND_WORDS + " How many output tokens per second "
+    "does each chip of the slice produce?",
 ))
 
 
 # 8.5 -------------------------------------------------------------------------------------
-def _cost5(price_mult=1.0, per=3600):
+def _cost5(price_mult=1.0, per=3600, B=_B3, T=_T3, n=_N3):
     price = get_chip("tpu-v5e").price_per_hour * price_mult
-    return price / per / _tps4() * 1e6
+    return price / per / _tps4(B, T, n) * 1e6
 
 
-register(NumericExercise(
-    id="8.5", title="Dollars per million output tokens", unit="dollars", rtol=0.03,
-    reference=_cost5,
-    hints=[
-        (lambda a: _close(a, _cost5(price_mult=_N3)), "the price is per chip-hour and the "
-         "throughput per chip: no factor 16."),
-        (lambda a: _close(a, _cost5(per=1)), "the price is per hour and the throughput per "
+def _hints5(B, T, n):
+    def c(**kw):
+        return _cost5(B=B, T=T, n=n, **kw)
+    return [
+        (lambda a: _close(a, c(price_mult=n)), "the price is per chip-hour and the "
+         f"throughput per chip: no factor {n}."),
+        (lambda a: _close(a, c(per=1)), "the price is per hour and the throughput per "
          "second: divide the price by 3600."),
-        (lambda a: _close(a, _cost5() / 1e6), "that is per token; the question asks per "
+        (lambda a: _close(a, c() / 1e6), "that is per token; the question asks per "
          "million tokens."),
-        (lambda a: _close(a, _cost5(price_mult=1 / _N3)), "that divides one chip's price by "
-         "the whole slice's tokens/s: take both per chip (or both for the 16 chips)."),
-    ],
+        (lambda a: _close(a, c(price_mult=1 / n)), "that divides one chip's price by "
+         f"the whole slice's tokens/s: take both per chip (or both for the {n} chips)."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="8.5", title="Dollars per million output tokens", unit="dollars", rtol=0.03,
+    params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
+    solve=lambda B, T, n: _cost5(B=B, T=T, n=n), hints_for=_hints5, valid=_valid3,
+    statement=_SLICE_WORDS + _MEMORY_BOUND_WORDS + " At the on-demand price of a v5e chip "
+    "in the hardware table (`get_chip(\"tpu-v5e\").price_per_hour`, dollars per "
+    "chip-hour), what do a million output tokens cost at that throughput (decode chips "
+    "only)? Answer in dollars.",
 ))
 
 
@@ -298,7 +348,18 @@ register(ChoiceExercise(
 
 
 # 8.10 ------------------------------------------------------------------------------------
+# The slice sizes are the chip's (serving.slice_sizes): powers of two, but no 2-chip TPU
+# slice, and 4 chips at least on a 3D torus (v4, v5p). The first case tells the typical
+# slips apart (no caches, all of the HBM, no rounding to a slice; 16 GB read as 16 GiB
+# gives 16 chips, as all of the HBM does); the second is one where 80 GB read as 80 GiB
+# alone changes the answer, and the third one where v5p's 95 GiB read as 95e9 does; the
+# fourth and fifth, slices where a power of two is not a slice the chip comes in (2 chips
+# of v6e, 1 of v5p).
 _CASES_10 = [("llama3-70b", "tpu-v5e", "int8", 8192, 64),
+             ("llama3-8b", "gpu-h100", "int8", 8192, 64),
+             ("llama3-70b", "tpu-v5p", "int4", 32768, 64),
+             ("llama3-8b", "tpu-v6e", "bf16", 8192, 16),
+             ("llama3-8b", "tpu-v5p", "bf16", 4096, 8),
              ("llama3-8b", "gpu-h100", "bf16", 8192, 64),
              ("llama3-405b", "tpu-v6e", "int4", 4096, 16),
              ("llama3-70b", "gpu-h200", "bf16", 32768, 8),
@@ -310,26 +371,70 @@ def _min_slice_ref(model, chip, weights_dtype, context, min_batch):
                                 output_len=1, min_batch=min_batch).n_chips
 
 
-def _min_slice_variant(args, kv=True, frac=FRAC, pow2=True, s_kv=2):
+def _other_prefix(hbm):
+    """The capacity read with the other prefix: 16 GB as 16 GiB, 95 GiB as 95 GB."""
+    gb, gib = hbm / 1e9, hbm / 2 ** 30
+    return gb * 2 ** 30 if float(gb).is_integer() else gib * 1e9
+
+
+def _min_slice_variant(args, kv=True, frac=FRAC, pow2=True, s_kv=2, sizes=True,
+                       prefix=False):
     model, chip, wd, T, B = args
     m, c = _m(model), get_chip(chip)
     need = m.weight_bytes(inf.bytes_per_element(wd)) + (
         B * T * inf.kv_bytes_per_token(m) * s_kv / 2 if kv else 0)
-    n = need / (frac * c.hbm_bytes)
-    return _pow2_at_least(n) if pow2 else math.ceil(n)
+    n = need / (frac * (_other_prefix(c.hbm_bytes) if prefix else c.hbm_bytes))
+    if not pow2:
+        return math.ceil(n)
+    if not sizes:
+        return _pow2_at_least(n)
+    return next((k for k in serving.slice_sizes(chip) if k >= n), None)
+
+
+def _smaller_prefix_slip(got, want, args):
+    """The answer with 16 GB read as 16 GiB (more bytes per chip: fewer chips)."""
+    n = _min_slice_variant(args, prefix=True)
+    return as_number(got) == n and n is not None and n < want
+
+
+def _gen10(rng):
+    """A LLaMA-3, a chip, a weight dtype, a context and a batch whose caches and weights
+    fit some slice of the chip."""
+    while True:
+        args = (rng.choice(("llama3-8b", "llama3-70b", "llama3-405b")),
+                rng.choice(("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-a100",
+                            "gpu-h100", "gpu-h200", "gpu-b200")),
+                rng.choice(("bf16", "int8", "int4")),
+                rng.choice((2048, 4096, 8192, 16384, 32768)),
+                rng.choice((1, 4, 8, 16, 32, 64, 128)))
+        try:
+            _min_slice_ref(*args)
+        except ValueError:      # no slice holds it, or its TP degree would split the heads
+            continue
+        return args
 
 
 register(CodeExercise(
     id="8.10", title="The smallest slice, in code", reference=_min_slice_ref,
     cases=_CASES_10, compare=lambda got, want: as_number(got) == want, unit="chips",
     describe=lambda m, c, w, T, B: f"{m} on {c}, {w}, context {T}, min_batch {B}",
+    generate=_gen10,
     hints=[
         (lambda got, want, args: as_number(got) == _min_slice_variant(args, kv=False),
          "the weights fit, but the min_batch caches of context tokens must fit next to them."),
         (lambda got, want, args: as_number(got) in (_min_slice_variant(args, frac=1.0),
-                                                    _min_slice_variant(args, s_kv=1)),
-         "too small: only 90% of each chip's HBM is usable, and the cache is bf16, 2 bytes "
-         "per element."),
+                                                    _min_slice_variant(args, s_kv=1))
+         or _smaller_prefix_slip(got, want, args),
+         "too small: only 90% of each chip's HBM is usable, the cache is bf16, 2 bytes "
+         "per element, and hbm_bytes is already in bytes (16 GB is 16e9 bytes, not "
+         "16 x 2**30)."),
+        (lambda got, want, args: as_number(got) == _min_slice_variant(args, prefix=True),
+         "hbm_bytes is already the capacity in bytes: a v5p's 95 GiB is 95 x 2**30 bytes, "
+         "not 95e9."),
+        (lambda got, want, args: as_number(got) == _min_slice_variant(args, sizes=False),
+         "that power of two is not a slice this chip comes in: a TPU has no 2-chip slice "
+         "(1 chip, then 4, 8, 16, ...), and a v4 or v5p slice (3D torus) has at least 4 "
+         "chips (serving.slice_sizes(chip) lists them)."),
         (lambda got, want, args: as_number(got) == _min_slice_variant(args, pow2=False),
          "slices come in powers of two: round up to the next one."),
     ],
@@ -353,6 +458,20 @@ _CASES_11 = [
     ([(3.0, 30.0), (1.0, 10.0), (2.0, 20.0), (2.5, 15.0)],),
     ([(2.0, 90.0), (3.0, 100.0), (1.0, 50.0), (2.0, 100.0)],),   # ties on each axis
 ]
+
+
+def _gen11(rng):
+    """1 to 12 distinct (latency, throughput) points on coarse grids, so that ties on one
+    count are common."""
+    n = rng.randint(1, 12)
+    lats = [0.5 * k for k in range(1, 13)]
+    tps = [25.0 * k for k in range(1, 17)]
+    points = []
+    while len(points) < n:
+        p = (rng.choice(lats), rng.choice(tps))
+        if p not in points:
+            points.append(p)
+    return (points,)
 
 
 def _pareto_ref(points):
@@ -401,7 +520,7 @@ def _wrong_direction(got, points):
 
 register(CodeExercise(
     id="8.11", title="The Pareto front, in code", reference=_pareto_ref, cases=_CASES_11,
-    compare=_pareto_equal, describe=lambda pts: f"points={pts}",
+    compare=_pareto_equal, describe=lambda pts: f"points={pts}", generate=_gen11,
     hints=[
         (lambda got, want, args: _as_pairs(got) is not None
          and sorted(_as_pairs(got)) == sorted(args[0]),
@@ -465,6 +584,28 @@ def _args12(model, chips, target):
 
 
 
+def _gen12(rng):
+    """A LLaMA-3 on two or three chips (one of them with a price at least) and a target:
+    now and then exactly a plan's step time (a plan at the target meets it), else drawn
+    between the fastest and the slowest priced plan (log-uniform)."""
+    while True:
+        model = rng.choice(("llama3-8b", "llama3-70b", "llama3-405b"))
+        chips = tuple(rng.sample(("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100", "gpu-h200"),
+                                 rng.choice((2, 3))))
+        plans = list(_plans(model, chips))
+        priced = sorted(p.step_time for p in plans if p.cost_per_million is not None)
+        if not priced:
+            continue
+        if rng.random() < 0.3:
+            target = rng.choice(priced)
+        else:
+            lo, hi = math.log(priced[0]), math.log(priced[-1])
+            target = round(math.exp(rng.uniform(lo, hi)), 6)
+            if target < priced[0]:
+                continue
+        return (plans, target)
+
+
 class _LazyCases(list):
     """Cases built on first use (the candidate searches take a moment)."""
 
@@ -509,7 +650,7 @@ def _most_tps(plans, target):
 register(CodeExercise(
     id="8.12", title="The cheapest plan that meets a latency target, in code",
     reference=_cheapest_ref, cases=_LazyCases(), compare=_same_cost,
-    describe=_describe12,
+    describe=_describe12, generate=_gen12,
     hints=[
         (lambda got, want, args: got == _cheapest_any(*args),
          "that plan is the cheapest, but its time per token misses the target."),
@@ -585,12 +726,12 @@ _PAGE14, _SHORT14, _LONG14 = 256, (200, 100), (3000, 1000)
 
 
 def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, count=False,
-            matmul_only=False, pairs=True):
+            matmul_only=False, pairs=True, n=8, short=_SHORT14, long=_LONG14):
     m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
     weights = m.matmul_params() if matmul_only else m.weight_bytes(1.0)
-    free = 8 * chip.hbm_bytes * frac - weights
+    free = n * chip.hbm_bytes * frac - weights
     kv = inf.kv_bytes_per_token(m) * s_kv / 2
-    lens = [p + (0 if prompt_only else o) for p, o in (_SHORT14, _LONG14)]
+    lens = [p + (0 if prompt_only else o) for p, o in (short, long)]
     if count:
         return 2 * math.floor(free / (max(lens) * kv) / 2)
     if not pages:
@@ -600,61 +741,127 @@ def _held14(page=_PAGE14, frac=FRAC, s_kv=2, prompt_only=False, pages=True, coun
     return 2 * (n_pages // per_pair) if pairs else 2 * n_pages / per_pair
 
 
-def _ref14():
-    fit = inf.fit_batch("llama3-70b", "tpu-v5e", 8, sum(_LONG14), weight_dtype="int8",
+def _ref14(page=_PAGE14, short=_SHORT14, long=_LONG14, n=8):
+    fit = inf.fit_batch("llama3-70b", "tpu-v5e", n, sum(long), weight_dtype="int8",
                         hbm_fraction=FRAC)
-    n_pages = int(fit.free // (_PAGE14 * inf.kv_bytes_per_token("llama3-70b")))
-    pair = inf.paged_kv_tokens([sum(_SHORT14), sum(_LONG14)], _PAGE14, sum(_LONG14))
-    return 2 * (n_pages // (pair.paged // _PAGE14))
+    n_pages = int(fit.free // (page * inf.kv_bytes_per_token("llama3-70b")))
+    pair = inf.paged_kv_tokens([sum(short), sum(long)], page, sum(long))
+    return 2 * (n_pages // (pair.paged // page))
 
 
-register(NumericExercise(
-    id="8.14", title="Requests a paged cache holds", unit="requests", integer=True,
-    reference=_ref14,
-    hints=[
-        (lambda a: a == _held14(matmul_only=True),
+def _a(number):
+    """The article before a number said aloud: "an" for 8, 11, 18, 80-89, 800-899, ..."""
+    digits = str(number)
+    return "an" if digits[0] == "8" or (len(digits) in (2, 5) and digits[:2] in ("11", "18")) \
+        else "a"
+
+
+def _hints14(page, short, long, n):
+    def held(**kw):
+        return _held14(**{"page": page, "short": short, "long": long, "n": n, **kw})
+    s, lg = sum(short), sum(long)
+    ps, pl = math.ceil(s / page), math.ceil(lg / page)
+    return [
+        (lambda a: a == held(matmul_only=True),
          "the weights are all N parameters at 1 byte (the embedding table sits in HBM too), "
          "not only the N_mm of the matmuls; and only whole pairs fit (round down)."),
-        (lambda a: a % 2 == 1 or a == math.ceil(_held14(pairs=False) / 2) * 2,
+        (lambda a: a % 2 == 1 or a == math.ceil(held(pairs=False) / 2) * 2,
          "the two kinds come in equal numbers: count whole pairs that fit (round down), "
          "two requests each."),
-        (lambda a: a == _held14(count=True) or _close(a, _held14(count=True) + 1, 0.001),
-         "that reserves the longest request, 4,000 tokens, for every one (admission by "
+        (lambda a: a == held(count=True) or _close(a, held(count=True) + 1, 0.001),
+         f"that reserves the longest request, {lg:,} tokens, for every one (admission by "
          "count); with pages each request holds only its own length."),
-        (lambda a: _close(a, _held14(pages=False), 0.02) or _close(a, _held14(page=16), 0.02),
-         "pages are 256 tokens and allocated whole: a 300-token request holds 2 pages (512 "
-         "slots), a 4,000-token one 16 (4,096)."),
-        (lambda a: _close(a, _held14(prompt_only=True), 0.02),
+        (lambda a: _close(a, held(pages=False), 0.02) or _close(a, held(page=16), 0.02),
+         f"pages are {page} tokens and allocated whole: {_a(s)} {s:,}-token request holds "
+         f"{ps} page{'s' if ps > 1 else ''} ({ps * page:,} slots), {_a(lg)} {lg:,}-token one "
+         f"{pl} ({pl * page:,})."),
+        (lambda a: _close(a, held(prompt_only=True), 0.02),
          "that counts the prompts only; at the end every request also holds its output "
          "tokens' keys and values."),
-        (lambda a: _close(a, _held14(frac=1.0), 0.02),
+        (lambda a: _close(a, held(frac=1.0), 0.02),
          "only 90% of each chip's HBM is usable, and the weights come out of it."),
-        (lambda a: _close(a, _held14(s_kv=1), 0.02),
+        (lambda a: _close(a, held(s_kv=1), 0.02),
          "2x too many: the cache is bf16, 2 bytes per element."),
-    ],
+    ]
+
+
+def _valid14(page, short, long, n):
+    """Requests of the two kinds are at least a page apart (so that pages matter), and
+    the slice holds a few pairs."""
+    return sum(long) > 2 * sum(short) and _ref14(page, short, long, n) >= 4
+
+
+register(VariedNumericExercise(
+    id="8.14", title="Requests a paged cache holds", unit="requests", integer=True,
+    params={"page": _PAGE14, "short": _SHORT14, "long": _LONG14, "n": 8},
+    choose={"page": (32, 64, 128, 256, 512),
+            "short": ((200, 100), (100, 50), (500, 300), (1000, 200)),
+            "long": ((3000, 1000), (1500, 500), (6000, 2000), (12000, 4000)),
+            "n": (8, 16)},
+    solve=_ref14, hints_for=_hints14, valid=_valid14,
+    describe=lambda page, short, long, n: {"sp": f"{short[0]:,}", "so": f"{short[1]:,}",
+                                           "lp": f"{long[0]:,}", "lo": f"{long[1]:,}"},
+    statement="LLaMA-3 70B with int8 weights (all $N$ parameters at 1 byte) and a bf16 "
+              "cache runs on {n} TPU v5e chips, 90% of each chip's HBM usable. The cache is "
+              "paged, {page} tokens per page, each page allocated whole. Half the requests "
+              "end with {sp} prompt + {so} output tokens, half with {lp} + {lo}. When every "
+              "request has grown to its full length, how many requests does the cache hold "
+              "at once (the two kinds in equal numbers)?",
 ))
 
 
 # 8.15 ------------------------------------------------------------------------------------
-def _trip15(s_kv=1, kv_factor=2, links=16, per=1.0):
-    m, chip = _m("llama3-70b"), get_chip("tpu-v5e")
-    nbytes = 4096 * kv_factor * m.n_layers * m.n_kv_heads * m.head_dim * s_kv
-    return nbytes / (links * chip.dcn_bandwidth * per)
+def _trip15(s_kv=1, kv_factor=2, links=16, per=1.0, model="llama3-70b", prompt=4096,
+            chip="tpu-v5e"):
+    m, c = _m(model), get_chip(chip)
+    nbytes = prompt * kv_factor * m.n_layers * m.n_kv_heads * m.head_dim * s_kv
+    return nbytes / (links * c.dcn_bandwidth * per)
 
 
-register(NumericExercise(
-    id="8.15", title="The cache's trip to the decode chips", unit="seconds", rtol=0.02,
-    reference=lambda: serving.plan_serving("llama3-70b", "tpu-v5e", "bf16", "int8",
-                                           context_len=4096 + 512, output_len=512,
-                                           prompt_len=4096, n_chips=16).kv_transfer_time,
-    hints=[
-        (lambda a: _close(a, _trip15(s_kv=2)), "that is a bf16 cache; int8 is 1 byte per "
-         "element."),
-        (lambda a: _close(a, _trip15(kv_factor=1)), "each token stores a key and a value: "
+def _plan15(model="llama3-70b", prompt=4096, kv="int8", n=16, chip="tpu-v5e"):
+    return serving.plan_serving(model, chip, "bf16", kv, context_len=prompt + 512,
+                                output_len=512, prompt_len=prompt, n_chips=n)
+
+
+def _hints15(model, prompt, kv, n, chip):
+    s_kv = inf.bytes_per_element(kv)
+
+    def trip(**kw):
+        return _trip15(**{"s_kv": s_kv, "links": n, "model": model, "prompt": prompt,
+                          "chip": chip, **kw})
+    other = ("that is a bf16 cache; int8 is 1 byte per element." if s_kv == 1 else
+             f"that is an 8-bit cache; {kv} is {s_kv:g} bytes per element.")
+    return [
+        (lambda a: _close(a, trip(s_kv=3 - s_kv)), other),
+        (lambda a: _close(a, trip(kv_factor=1)), "each token stores a key and a value: "
          "2 L H_kv h s_kv bytes."),
-        (lambda a: _close(a, _trip15(links=1)), "that sends the whole cache over one link; "
-         "each of the 16 chips sends its own share at the same time."),
-        (lambda a: _close(a, _trip15(per=1 / 8)), "dcn_bandwidth is already bytes per "
+        (lambda a: _close(a, trip(links=1)), "that sends the whole cache over one link; "
+         f"each of the {n} chips sends its own share at the same time."),
+        (lambda a: _close(a, trip(per=1 / 8)), "dcn_bandwidth is already bytes per "
          "second: no factor 8."),
-    ],
+    ]
+
+
+def _valid15(model, prompt, kv, n, chip):
+    try:
+        _plan15(model, prompt, kv, n, chip)
+    except ValueError:          # the bf16 weights fit no such slice, or it does not exist
+        return False
+    return True
+
+
+register(VariedNumericExercise(
+    id="8.15", title="The cache's trip to the decode chips", unit="seconds", rtol=0.02,
+    params={"model": "llama3-70b", "prompt": 4096, "kv": "int8", "n": 16, "chip": "tpu-v5e"},
+    choose={"model": ("llama3-8b", "llama3-70b", "llama3-405b"),
+            "prompt": (1024, 2048, 3000, 4096, 6000, 8192, 12000, 16384),
+            "kv": ("int8", "bf16"), "n": (4, 8, 16, 32), "chip": ("tpu-v5e", "tpu-v5p")},
+    solve=lambda **p: _plan15(**p).kv_transfer_time, hints_for=_hints15, valid=_valid15,
+    describe=lambda model, prompt, kv, n, chip: {"short": model.split("-")[-1].upper(),
+                                                 "chip_name": get_chip(chip).display_name},
+    statement="In a disaggregated server, LLaMA-3 {short} ({kv} cache) prefills prompts of "
+              "{prompt:,} tokens on {n} {chip_name} chips and sends each prompt's cache to a "
+              "separate decode slice. Each of the {n} chips sends its 1/{n} of the cache over "
+              "its own data-centre link, at `get_chip(\"{chip}\").dcn_bandwidth` bytes per "
+              "second. How long does one prompt's cache take to cross? Answer in seconds.",
 ))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -11,74 +12,130 @@ from ..hardware import get_chip
 from ..models import get_model
 from .core import CORRECT, UNANSWERED, WRONG, Exercise, register
 from .kinds import ChoiceExercise, CodeExercise, MeshProgramExercise, NotAttempted, \
-    NumericExercise
+    VariedNumericExercise
 
 
 def _close(a, b, rtol=0.02):
     return math.isclose(a, b, rel_tol=rtol)
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise): each varied exercise's
+# ``params`` are the chapter's own numbers, ``choose`` the values an assignment may draw.
+def _chip_short(chip):
+    """"v5p" for tpu-v5p, "H100" for gpu-h100."""
+    kind, name = chip.split("-", 1)
+    return name if kind == "tpu" else name.upper()
+
+
 # 9.1 tensor-parallel all-reduces of 70B on v5p ----------------------------------------------
 _T91, _S91, _TP91 = 16384, 8192, 4
 
 
-def _ar_time_91(tp=_TP91, chip="tpu-v5p", tokens=_T91):
-    ops = profiling.predict_layer_profile("llama3-70b", chip, tokens=tokens, seq_len=_S91,
+def _ar_time_91(tp=_TP91, chip="tpu-v5p", tokens=_T91, seq_len=_S91):
+    ops = profiling.predict_layer_profile("llama3-70b", chip, tokens=tokens, seq_len=seq_len,
                                           tp=tp)
     return sum(o.time for o in ops if o.kind == "collective")
 
 
-def _ar_no_frac_91():
+def _ar_no_frac_91(chip="tpu-v5p", tokens=_T91):
     """4 all-reduces of 2 x the array with the (n - 1)/n factor left out."""
     m = get_model("llama3-70b")
-    return 4 * 2 * 2 * _T91 * m.d_model / (2 * get_chip("tpu-v5p").ici_link_bandwidth)
+    return 4 * 2 * 2 * tokens * m.d_model / (2 * get_chip(chip).ici_link_bandwidth)
 
 
-register(NumericExercise(
-    id="9.1", title="Tensor-parallel all-reduces of 70B on v5p", unit="seconds", rtol=0.03,
-    reference=_ar_time_91,
-    hints=[
-        (lambda a: _close(a, 2 * _ar_time_91(), 0.03),
+def _hints91(tp, chip, n_seq, seq_len):
+    T = n_seq * seq_len
+
+    def ar(**kw):
+        return _ar_time_91(**{"tp": tp, "chip": chip, "tokens": T, "seq_len": seq_len, **kw})
+    return [
+        (lambda a: _close(a, 2 * ar(), 0.03),
          "2x too large: on a bidirectional ring half the data goes each way (divide by "
          "2 W_ici), and the activations are bf16 (2 bytes per number)."),
-        (lambda a: _close(a, _ar_time_91() / 2, 0.03),
+        (lambda a: _close(a, ar() / 2, 0.03),
          "2x too small: count all four all-reduces (two forward, two backward), and an "
          "all-reduce sends 2 (n - 1) / n times the array, not (n - 1) / n."),
-        (lambda a: _close(a, _ar_time_91() / 4, 0.03),
+        (lambda a: _close(a, ar() / 4, 0.03),
          "that is one all-reduce; the layer's step runs four."),
-        (lambda a: _close(a, _ar_no_frac_91(), 0.03),
+        (lambda a: _close(a, _ar_no_frac_91(chip, T), 0.03),
          "on a ring of n chips an all-reduce sends 2 (n - 1) / n of the array per chip, "
          "not twice the array."),
-        (lambda a: _close(a, _ar_time_91(tp=8), 0.03),
-         "the group has 4 chips (tp = 4), not 8."),
-        (lambda a: _close(a, 80 * _ar_time_91(), 0.03),
+    ] + ([  # twice the group, where the model allows it (tp divides the 8 KV heads)
+        (lambda a: _close(a, ar(tp=2 * tp), 0.03),
+         f"the group has {tp} chips (tp = {tp}), not {2 * tp}."),
+    ] if get_model("llama3-70b").n_kv_heads % (2 * tp) == 0 else []) + [
+        (lambda a: _close(a, 80 * ar(), 0.03),
          "that is all 80 layers; the question asks for one layer."),
-    ],
+    ]
+
+
+_SEQS = {1: "one", 2: "two", 4: "four", 8: "eight"}
+
+register(VariedNumericExercise(
+    id="9.1", title="Tensor-parallel all-reduces of 70B on v5p", unit="seconds", rtol=0.03,
+    params={"tp": _TP91, "chip": "tpu-v5p", "n_seq": _T91 // _S91, "seq_len": _S91},
+    choose={"tp": (2, 4, 8), "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"),
+            "n_seq": (1, 2, 4, 8), "seq_len": (2048, 4096, 8192)},
+    solve=lambda tp, chip, n_seq, seq_len: _ar_time_91(tp, chip, n_seq * seq_len, seq_len),
+    hints_for=_hints91,
+    describe=lambda tp, chip, n_seq, seq_len: {
+        "chip_name": get_chip(chip).display_name, "chip_short": _chip_short(chip),
+        "seqs": f"{_SEQS[n_seq]} {seq_len // 1024}K sequence{'s' if n_seq > 1 else ''}",
+        "B": n_seq * seq_len},
+    variant_title="Tensor-parallel all-reduces of 70B on {chip_short}",
+    statement="One LLaMA-3 70B layer is trained with {tp}-way tensor parallelism on "
+              "{chip_name} chips along one torus axis (a bidirectional ring), on a "
+              "microbatch of {seqs} ($B = {B}$ tokens). Its forward and backward passes run "
+              "four all-reduces of the bf16 $[B, D]$ activations. How many seconds do the "
+              "four take together, by chapter 3's ring model?",
 ))
 
 
 # 9.2 communication share of a 70B layer on H100 ---------------------------------------------
-def _share_92(chip="gpu-h100", of_on_chip=False):
+def _share_92(chip="gpu-h100", of_on_chip=False, tokens=4096, tp=8):
     b = profiling.predicted_breakdown(profiling.predict_layer_profile(
-        "llama3-70b", chip, tokens=4096, seq_len=4096, tp=8))
+        "llama3-70b", chip, tokens=tokens, seq_len=tokens, tp=tp))
     return b["collective"] / ((b["total"] - b["collective"]) if of_on_chip else b["total"])
 
 
-register(NumericExercise(
-    id="9.2", title="Communication share of a 70B layer on H100", unit="fraction (0 to 1)",
-    rtol=0.02, reference=_share_92,
-    hints=[
-        (lambda a: _close(a, 100 * _share_92()), "give a fraction between 0 and 1, not a "
-                                                 "percentage."),
-        (lambda a: _close(a, _share_92(of_on_chip=True)),
+def _an(name):
+    """The article before a chip's name said aloud: an H100, an A100, a B200."""
+    return "an" if name[0] in "AEFHILMNORSX" else "a"
+
+
+def _hints92(chip, tokens, tp):
+    def share(c=chip, **kw):
+        return _share_92(c, tokens=tokens, tp=tp, **kw)
+    short = _chip_short(chip)
+    return [
+        (lambda a: _close(a, 100 * share()), "give a fraction between 0 and 1, not a "
+                                             "percentage."),
+        (lambda a: _close(a, share(of_on_chip=True)),
          "that is communication / on-chip work; divide by the whole step (on-chip work plus "
          "the all-reduces)."),
-        (lambda a: _close(a, _share_92(get_chip("gpu-h100").with_(ici_links=1))),
+        (lambda a: _close(a, share(get_chip(chip).with_(ici_links=1))),
          "that uses one NVLink link; NVSwitch lets each GPU use all its links "
          "(ici_bandwidth = ici_links x ici_link_bandwidth)."),
-        (lambda a: _close(a, _share_92("tpu-v5p")), "that is the TPU v5p; the question asks "
-                                                    "for an H100 node."),
-    ],
+        (lambda a: _close(a, share("tpu-v5p")), "that is the TPU v5p; the question asks "
+                                                f"for {_an(short)} {short} node."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="9.2", title="Communication share of a 70B layer on H100", unit="fraction (0 to 1)",
+    rtol=0.02,
+    params={"chip": "gpu-h100", "tokens": 4096, "tp": 8},
+    choose={"chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200"),
+            "tokens": (1024, 2048, 4096, 8192, 16384), "tp": (2, 4, 8)},
+    solve=lambda chip, tokens, tp: _share_92(chip, tokens=tokens, tp=tp),
+    hints_for=_hints92,
+    describe=lambda chip, tokens, tp: {"chip_short": _chip_short(chip),
+                                       "an": _an(_chip_short(chip)), "K": tokens // 1024},
+    variant_title="Communication share of a 70B layer on {chip_short}",
+    statement="For one LLaMA-3 70B layer's training step with {tp}-way tensor parallelism "
+              "on {an} {chip_short} node and a microbatch of one {K}K sequence "
+              "($B = S = {tokens}$ tokens), what fraction (0 to 1) of the predicted step "
+              "time (`predict_layer_profile`, no overlap) do the all-reduces take?",
 ))
 
 
@@ -110,21 +167,43 @@ def _padded_94(shape=_SHAPE94, tile=(8, 128), dtype="float32"):
     return profiling.padded_bytes(shape, dtype, tile)
 
 
-register(NumericExercise(
-    id="9.4", title="Padding of a tiled array", unit="bytes", integer=True,
-    reference=_padded_94,
-    hints=[
-        (lambda a: a == _padded_94(tile=()), "that is the size without padding: the tiles "
-                                             "of the two minor dimensions are stored whole."),
-        (lambda a: a == _padded_94(tile=(1, 128)),
-         "the second-minor dimension (100) is padded too, to a multiple of 8."),
+def _hints94(lead, rows, cols):
+    shape = (*lead, rows, cols)
+
+    def padded(**kw):
+        return _padded_94(shape, **kw)
+    return [
+        (lambda a: a == padded(tile=()), "that is the size without padding: the tiles "
+                                         "of the two minor dimensions are stored whole."),
+        (lambda a: a == padded(tile=(1, 128)),
+         f"the second-minor dimension ({rows}) is padded too, to a multiple of 8."),
         # padding only 100 -> 104 in f32 and padding both in bf16 give the same number
-        (lambda a: a == _padded_94(tile=(8, 1)) == _padded_94(dtype="bfloat16"),
-         "2x too small: the minor dimension (64) is padded too, to a multiple of 128, and "
-         "f32 numbers are 4 bytes each."),
-        (lambda a: a == _padded_94(tile=(8, 128, 1)),
-         "the tile covers the two minor dimensions (100 and 64), not the ones before them."),
-    ],
+    ] + ([
+        (lambda a: a == padded(tile=(8, 1)) == padded(dtype="bfloat16"),
+         f"2x too small: the minor dimension ({cols}) is padded too, to a multiple of 128, "
+         "and f32 numbers are 4 bytes each."),
+    ] if padded(tile=(8, 1)) == padded(dtype="bfloat16") else [
+        (lambda a: a == padded(tile=(8, 1)),
+         f"the minor dimension ({cols}) is padded too, to a multiple of 128."),
+        (lambda a: a == padded(dtype="bfloat16"), "f32 numbers are 4 bytes each."),
+    ]) + [
+        (lambda a: a == padded(tile=(8, 128, 1)),
+         f"the tile covers the two minor dimensions ({rows} and {cols}), not the ones "
+         "before them."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="9.4", title="Padding of a tiled array", unit="bytes", integer=True,
+    params={"lead": _SHAPE94[:2], "rows": _SHAPE94[2], "cols": _SHAPE94[3]},
+    choose={"lead": ((32, 8), (8, 8), (4, 16), (16,), (2, 4, 8)),
+            "rows": (3, 50, 100, 129, 300, 513), "cols": (64, 100, 200, 300, 1000)},
+    solve=lambda lead, rows, cols: _padded_94((*lead, rows, cols)), hints_for=_hints94,
+    # both minor dimensions padded, so that each slip gives its own number
+    valid=lambda lead, rows, cols: rows % 8 != 0 and cols % 128 != 0,
+    describe=lambda lead, rows, cols: {"dims": ", ".join(map(str, (*lead, rows, cols)))},
+    statement="An f32 array of shape $[{dims}]$ is stored with the two minor dimensions "
+              "tiled 8 × 128. How many bytes does it occupy, padding included?",
 ))
 
 
@@ -213,6 +292,24 @@ _CASES_95 = [
 ]
 
 
+def _gen95(rng):
+    """A synthetic trace: 2 to 5 HLO ops on 2, 4 or 8 devices, each with 1 to 6 events of
+    0.5 to 50 us, one op's total at least 5% above the others', and 0 to 2 long events
+    that are not HLO ops (a step annotation, a runtime call)."""
+    names = ["fusion.1", "fusion.2", "ynn_fusion.3", "all-reduce.4", "copy.5", "dot.6",
+             "multiply_add_fusion", "convert.7", "all-gather.8"]
+    while True:
+        ops = [(name, rng.randint(1, 6), rng.randint(1, 100) / 2)
+               for name in rng.sample(names, rng.randint(2, 5))]
+        totals = sorted(n * dur for _, n, dur in ops)
+        if totals[-1] > 1.05 * totals[-2]:
+            break
+    extra = [(name, rng.randint(1000, 10000) / 2)
+             for name in rng.sample(["step", "train", "ThunkExecutor::Execute"],
+                                    rng.randint(0, 2))]
+    return (_synthetic_trace(ops, extra=extra, devices=rng.choice((2, 4, 8))),)
+
+
 class _Lazy(list):
     """Cases built only when a check first reaches them (compiling or profiling takes a
     moment): the list holds those built so far, ``make()`` yields the rest."""
@@ -244,7 +341,7 @@ class _Lazy(list):
 register(CodeExercise(
     id="9.5", title="The slowest op of a trace", reference=_slowest_ref,
     cases=_Lazy(_CASES_95, lambda: [(_real_trace_json(),)]), compare=lambda got, want: got == want,
-    describe=lambda t: f"a trace of {len(t['traceEvents'])} events",
+    describe=lambda t: f"a trace of {len(t['traceEvents'])} events", generate=_gen95,
     hints=[
         (lambda got, want, args: got in _non_hlo_names(args[0]),
          "that event is not an HLO op: count only events whose args have an 'hlo_op'."),
@@ -311,6 +408,49 @@ def _program_texts():
     yield (_NESTED_FUSION,)
 
 
+_ACTS_96 = ("tanh", "gelu", "relu", "sin")
+
+
+@functools.lru_cache(maxsize=256)
+def _drawn_program_96(kind, n, B, D, acts, reduce):
+    """The compiled text of a small program drawn by :func:`_gen96` (cached: a check that
+    draws the same program again does not compile it again). Source locations keep only
+    the program's own line, so the text is the same whoever compiles it."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import config
+
+    f32, S = jnp.float32, jax.ShapeDtypeStruct
+    fns = {"tanh": jnp.tanh, "gelu": jax.nn.gelu, "relu": jax.nn.relu,
+           "sin": lambda x: jnp.sin(x) * 2 + 1}
+
+    def drawn_scan(w, x):
+        y = jax.lax.scan(lambda c, wi: (fns[acts[0]](c @ wi), None), x, w)[0]
+        return y.sum(-1) if reduce else y
+
+    def drawn_mlp(x, *ws):
+        for act, w in zip(acts, ws):
+            x = fns[act](x @ w)
+        return x.sum(-1) if reduce else x
+
+    if kind == "scan":
+        fn, args = drawn_scan, (S((n, D, D), f32), S((B, D), f32))
+    else:
+        fn, args = drawn_mlp, (S((B, D), f32),) + (S((D, D), f32),) * n
+    with config.include_full_tracebacks_in_locations(False):
+        return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _gen96(rng):
+    """A small program compiled on this CPU: n dense layers with drawn activations, or a
+    scan over n layers, on drawn shapes, with or without a final sum."""
+    kind = rng.choice(("mlp", "mlp", "scan"))
+    n = rng.randint(1, 4) if kind == "mlp" else rng.randint(2, 6)
+    acts = tuple(rng.choice(_ACTS_96) for _ in range(n if kind == "mlp" else 1))
+    return (_drawn_program_96(kind, n, rng.choice((8, 16, 32, 64)),
+                              rng.choice((16, 32, 64, 128)), acts, rng.random() < 0.4),)
+
+
 def _entry_only(text):
     return sum(1 for o in hlo.ops(text) if o.opcode == "fusion" and
                o.computation == _entry_name(text))
@@ -333,6 +473,7 @@ def _entry_name(text):
 
 register(CodeExercise(
     id="9.6", title="Count the fusions", reference=hlo.count_fusions, cases=_Lazy([], _program_texts),
+    generate=_gen96,
     compare=lambda got, want: not isinstance(got, bool) and got == want,
     describe=lambda t: f"the program {hlo.hlo_text(t).split(',')[0].split()[-1]}",
     hints=[

@@ -16,7 +16,7 @@ from ..hardware import get_chip
 from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise,
-                    mesh_inputs, returns_something)
+                    VariedNumericExercise, mesh_inputs, returns_something)
 
 __all__ = ["MESH_SHAPE", "MESH_AXES"]
 
@@ -31,31 +31,62 @@ def _70b():
     return get_model("llama3-70b")
 
 
-def _weight_bytes(bf16=2):
-    """bf16 bytes of one LLaMA-3 70B layer's seven weight matrices (no norm vectors)."""
-    m = _70b()
+def _weight_bytes(bf16=2, model="llama3-70b"):
+    """bf16 bytes of one LLaMA-3 layer's seven weight matrices (no norm vectors)."""
+    m = get_model(model)
     return (m.params_per_layer() - m.norm_params_per_layer()) * bf16
 
 
+def _short(name):
+    """"v5p" for tpu-v5p, "H100" for gpu-h100, "70B" for llama3-70b."""
+    kind, rest = name.split("-", 1)
+    return rest if kind == "tpu" else rest.upper()
+
+
 # 10.1 ------------------------------------------------------------------------------------
-def _ex1(n_data=32, n_model=4, topology="torus", n_group=None):
+def _ex1(n_data=32, n_model=4, topology="torus", n_group=None, chip="tpu-v5p"):
     return collectives.collective_time("all-gather", _weight_bytes() / n_model,
-                                       n_group or n_data, "tpu-v5p", topology=topology)
+                                       n_group or n_data, chip, topology=topology)
 
 
-register(NumericExercise(
-    id="10.1", title="FSDP gathers of one layer on a v5p slice", unit="s", reference=_ex1,
-    rtol=0.015,
-    hints=[
-        (lambda a: _close(a, _ex1(n_model=1)), "each chip gathers only its 'model' shard of "
-         "the weights: divide the layer's bytes by n_model = 4."),
-        (lambda a: _close(a, _ex1(topology="ring")), "that is a one-way ring; a torus axis "
+def _hints1(n_data, n_model, chip):
+    def t(**kw):
+        return _ex1(**{"n_data": n_data, "n_model": n_model, "chip": chip, **kw})
+    n = n_data * n_model
+    return [
+        (lambda a: _close(a, t(n_model=1)), "each chip gathers only its 'model' shard of "
+         f"the weights: divide the layer's bytes by n_model = {n_model}."),
+        (lambda a: _close(a, t(topology="ring")), "that is a one-way ring; a torus axis "
          "sends half the blocks each way, halving the time."),
-        (lambda a: _close(a, _ex1(n_group=128), 0.003), "the gathers run over the 32 chips of "
-         "'data' only, not over all 128."),
-        (lambda a: _close(a, _ex1() * 32 / 31, 0.003), "keep the (n - 1) / n of the ring all-gather: "
-         "a chip already holds its own shard."),
-    ],
+        (lambda a: _close(a, t(n_group=n), 0.003), "the gathers run over the "
+         f"{n_data} chips of 'data' only, not over all {n}."),
+        (lambda a: _close(a, t() * n_data / (n_data - 1), 0.003), "keep the (n - 1) / n of "
+         "the ring all-gather: a chip already holds its own shard."),
+    ]
+
+
+def _valid1(n_data, n_model, chip):
+    """Each axis is a torus axis of the chip: at most 16 chips on a 2D torus (v5e, v6e:
+    16 x 16 slices at most)."""
+    return "3d" in get_chip(chip).topology.lower() or max(n_data, n_model) <= 16
+
+
+register(VariedNumericExercise(
+    id="10.1", title="FSDP gathers of one layer on a v5p slice", unit="s", rtol=0.015,
+    params={"n_data": 32, "n_model": 4, "chip": "tpu-v5p"},
+    choose={"n_data": (8, 16, 32), "n_model": (2, 4, 8),
+            "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")},
+    solve=lambda n_data, n_model, chip: _ex1(n_data, n_model, chip=chip),
+    hints_for=_hints1, valid=_valid1,
+    describe=lambda n_data, n_model, chip: {"n": n_data * n_model, "chip_short": _short(chip),
+                                            "chip_name": get_chip(chip).display_name},
+    variant_title="FSDP gathers of one layer on a {chip_short} slice",
+    statement="LLaMA-3 70B is trained with the layer shardings of section 10.9 on {n} "
+              "{chip_name} chips arranged as `data` = {n_data} by `model` = {n_model} (each "
+              "a torus axis). In one layer's forward pass, each chip all-gathers, over "
+              "`data`, its `model` shard of all seven weight matrices (the layer's "
+              "parameters except the two norm vectors, in bf16). How long do these "
+              "all-gathers take in total, in seconds, by the chapter-3 model?",
 ))
 
 
@@ -116,22 +147,45 @@ register(NumericExercise(
 
 
 # 10.4 ------------------------------------------------------------------------------------
-def _ex4(n_model=8, bandwidth=None, topology="ring"):
-    h = get_chip("gpu-h100")
-    return collectives.collective_time("all-gather", _weight_bytes() / n_model, 8,
-                                       bandwidth=bandwidth or h.dcn_bandwidth, topology=topology)
+def _ex4(n_model=8, bandwidth=None, topology="ring", n_nodes=8, chip="gpu-h100",
+         model="llama3-70b"):
+    h = get_chip(chip)
+    return collectives.collective_time("all-gather", _weight_bytes(model=model) / n_model,
+                                       n_nodes, bandwidth=bandwidth or h.dcn_bandwidth,
+                                       topology=topology)
 
 
-register(NumericExercise(
-    id="10.4", title="FSDP across H100 nodes", unit="s", reference=_ex4, rtol=0.03,
-    hints=[
-        (lambda a: _close(a, _ex4(bandwidth=_nvlink())), "that is NVLink; the 'data' axis "
-         "crosses nodes, over the network at W_dcn per GPU."),
-        (lambda a: _close(a, _ex4(n_model=1)), "each GPU gathers only its 'model' shard of "
+def _hints4(n_nodes, chip, model):
+    def t(**kw):
+        return _ex4(**{"n_nodes": n_nodes, "chip": chip, "model": model, **kw})
+    g = get_chip(chip)
+    return [
+        (lambda a: _close(a, t(bandwidth=g.ici_link_bandwidth * g.ici_links)), "that is "
+         "NVLink; the 'data' axis crosses nodes, over the network at W_dcn per GPU."),
+        (lambda a: _close(a, t(n_model=1)), "each GPU gathers only its 'model' shard of "
          "the weights: divide by n_model = 8."),
-        (lambda a: _close(a, _ex4(topology="torus")), "the network between nodes is not a "
+        (lambda a: _close(a, t(topology="torus")), "the network between nodes is not a "
          "torus: use a one-way ring."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="10.4", title="FSDP across H100 nodes", unit="s", rtol=0.03,
+    params={"n_nodes": 8, "chip": "gpu-h100", "model": "llama3-70b"},
+    choose={"n_nodes": (2, 4, 6, 8, 12, 16, 24, 32),
+            "chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200"),
+            "model": ("llama3-8b", "llama3-70b", "llama3-405b")},
+    solve=lambda n_nodes, chip, model: _ex4(n_nodes=n_nodes, chip=chip, model=model),
+    hints_for=_hints4,
+    describe=lambda n_nodes, chip, model: {"n": 8 * n_nodes, "chip_short": _short(chip),
+                                           "model_short": _short(model)},
+    variant_title="FSDP across {chip_short} nodes",
+    statement="Train LLaMA-3 {model_short} with the layer shardings of section 10.9 on "
+              "{n_nodes} {chip_short} nodes ({n} GPUs): `model` = 8 inside each node, "
+              "`data` = {n_nodes} across nodes, each GPU sending over the network at its "
+              "$W_{{\\mathrm{{dcn}}}}$ as a one-way ring. How long do one layer's seven "
+              "FSDP weight all-gathers (each GPU gathers its `model` shard of the bf16 "
+              "weights) take per forward pass, in seconds?",
 ))
 
 
