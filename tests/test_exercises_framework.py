@@ -249,3 +249,17 @@ def test_answers_in_float32_are_judged_at_float32_precision():
     r = evaluate("1.4", get_exercise("1.4").reference() + 3.3e-10)
     assert r.correct and "read" in r.message
     assert not evaluate("1.4", get_exercise("1.4").reference() + 0.4).correct
+
+
+ODD_RETURNS = ["a string", None, (1,), [1, 2, 3, 4], {"a": 1}, float("nan"), -1, 10**400]
+
+
+@pytest.mark.parametrize("ex_id", [i for i in exercise_ids()
+                                   if isinstance(get_exercise(i), CodeExercise)])
+def test_a_code_answer_of_the_wrong_type_gets_a_message_never_a_hint_error(ex_id):
+    """Under strict hints (this suite), a hint predicate that raises fails: a function
+    returning a string, a short tuple or a huge int must get a message, not break a hint
+    (issue 25: 7.11's hints raised TypeError on a string)."""
+    for value in ODD_RETURNS:
+        r = evaluate(ex_id, lambda *args, value=value: value)
+        assert r.status == "wrong" and r.message, (value, r)

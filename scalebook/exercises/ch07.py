@@ -17,6 +17,9 @@ from .kinds import (ChoiceExercise, CodeExercise, NumericExercise,
 
 
 def _close(a, b, rtol=0.02):
+    """Whether two numbers agree; False (never an error) when one is not a number."""
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return False
     return math.isclose(a, b, rel_tol=rtol)
 
 
@@ -455,6 +458,15 @@ def _attend_case(B, T, h, pos, seed):
     return (*arr, pos)
 
 
+def _draw12(rng):
+    """A decode step of a random small shape, the new token anywhere in the cache (the
+    first slot and the last included now and then)."""
+    T = rng.randint(2, 24)
+    pos = rng.choice([0, T - 1, rng.randrange(T)])
+    return _attend_case(rng.randint(1, 5), T, rng.choice([2, 4, 8, 16]), pos,
+                        rng.randrange(10**6))
+
+
 _CASES_12 = [_attend_case(2, 8, 4, 3, 0), _attend_case(3, 16, 8, 0, 1),
              _attend_case(1, 5, 16, 4, 2), _attend_case(4, 12, 6, 7, 3)]
 
@@ -504,7 +516,7 @@ def _slot_holds(got, args, slot):
 
 register(CodeExercise(
     id="7.12", title="A decode step with a KV cache, in code", reference=_attend_ref,
-    cases=_CASES_12, compare=_arrays_close,
+    cases=_CASES_12, compare=_arrays_close, generate=_draw12,
     describe=lambda q, kn, vn, kc, vc, pos: f"B={q.shape[0]}, T={kc.shape[1]}, h={q.shape[1]}, "
                                             f"pos={pos}",
     hints=[

@@ -343,7 +343,7 @@ register(CodeExercise(
     cases=_Lazy(_CASES_95, lambda: [(_real_trace_json(),)]), compare=lambda got, want: got == want,
     describe=lambda t: f"a trace of {len(t['traceEvents'])} events", generate=_gen95,
     hints=[
-        (lambda got, want, args: got in _non_hlo_names(args[0]),
+        (lambda got, want, args: isinstance(got, str) and got in _non_hlo_names(args[0]),
          "that event is not an HLO op: count only events whose args have an 'hlo_op'."),
         (lambda got, want, args: got == _longest_event(args[0]),
          "that op has the longest single event; add up the durations of all events of "

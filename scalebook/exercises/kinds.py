@@ -335,7 +335,7 @@ class CodeExercise(Exercise):
     """An answer that is a function, run on several inputs and compared with a reference.
 
     ``cases`` is a list of argument tuples; ``reference`` is the correct function.
-    ``generate(rng)`` (a :class:`random.Random`) draws one more argument tuple at random:
+    ``generate(rng)`` (a ``random.Random``) draws one more argument tuple at random:
     each check adds ``drawn`` such inputs after the published ones, from a seed of its own
     (a fresh one per call in a notebook, one per student in the grader), so a table of the
     published cases' answers does not pass. Results
