@@ -219,7 +219,7 @@ def test_code_1_10_each_hint_is_reached(mistake, answer, words):
     assert r.status == "wrong" and words in r.message, (mistake, r)
 
 
-# ---- variants (an assignment's own numbers): each gets the hints for its own slips --------
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
 
 def test_1_3_bf16_variant_catches_the_8bit_peak():
     params = {"chip": "tpu-v5e", "dtype": "bf16"}
@@ -227,7 +227,8 @@ def test_1_3_bf16_variant_catches_the_8bit_peak():
     r = evaluate("1.3", v5e.int8_flops / v5e.hbm_bandwidth, variant=params)
     assert r.status == "wrong" and "int8 critical intensity" in r.message, r
     from scalebook.exercises import get_exercise
-    assert get_exercise("1.3").with_variant(params).title_text() == "Critical intensity in bf16"
+    title = get_exercise("1.3").with_variant(params).title_text()
+    assert title == "Critical intensity in bf16"
 
 
 def test_1_5_int4_variant():
@@ -258,7 +259,7 @@ def test_1_6_fp32_partial_sums():
 def test_1_7_gpu_tiles_come_in_steps_of_64():
     n, I = 16384, h100.critical_intensity
     t = 64
-    while 2 * n**3 / (2 * (2 * n**3 / t + n * n)) < I:   # X and W re-read per tile, O once
+    while 2 * n**3 / (2 * (2 * n**3 / t + n * n)) < I:   # X, W read per tile; O once
         t += 64
     params = {"chip": "gpu-h100"}
     assert evaluate("1.7", t, variant=params).correct

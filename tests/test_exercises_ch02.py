@@ -195,7 +195,7 @@ def test_2_4_each_hint_is_reached(mistake, answer, words):
     assert r.status == "wrong" and words in r.message, (mistake, r)
 
 
-# ---- variants (an assignment's own numbers): each gets the hints for its own slips --------
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
 
 def test_2_5_variants_know_which_axes_wrap():
     # v5p 4x8x8: whole 4x4x4 cubes, so every axis wraps: 2 + 4 + 4 hops
@@ -209,7 +209,8 @@ def test_2_5_variants_know_which_axes_wrap():
     r = evaluate("2.5", 2 + 4, variant=params)
     assert r.status == "wrong" and "neither the 4-long nor the 8-long" in r.message, r
     from scalebook.exercises import get_exercise
-    assert get_exercise("2.5").with_variant(params).title_text() == "Diameter of a v5e 4x8 slice"
+    title = get_exercise("2.5").with_variant(params).title_text()
+    assert title == "Diameter of a v5e 4x8 slice"
 
 
 def test_2_6_fp32_master_weights():
@@ -228,7 +229,8 @@ def test_2_7_and_2_8_variants():
     assert r.status == "wrong" and "the 256 chips" in r.message, r
     r = evaluate("2.7", W405 / (256 * V6E.hbm_bandwidth), variant=params)
     assert r.status == "wrong" and "v6e's HBM bandwidth" in r.message, r
-    params = {"model": "llama3-8b", "chip": "tpu-v5p", "shape": "2x4x4"}     # 32 chips, 8 hosts
+    # 32 chips on 8 hosts
+    params = {"model": "llama3-8b", "chip": "tpu-v5p", "shape": "2x4x4"}
     W8 = _llama_bytes("llama3-8b")
     assert evaluate("2.8", W8 / (32 * V5P.pcie_bandwidth), variant=params).correct
     r = evaluate("2.8", W8 / (8 * V5P.pcie_bandwidth), variant=params)

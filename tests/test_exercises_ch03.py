@@ -261,7 +261,7 @@ def test_jax_errors_name_the_students_function():
     assert returns_something(fsdp_returns_a_pair).__name__ == "fsdp_returns_a_pair"
 
 
-# ---- variants (an assignment's own numbers): each gets the hints for its own slips --------
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
 
 def test_3_1_key_projection_variant():
     params = {"model": "llama3-8b", "matrix": "key", "n": 8}
@@ -273,7 +273,7 @@ def test_3_1_key_projection_variant():
 
 def test_3_2_and_3_6_on_other_chips():
     v6e = get_chip("tpu-v6e")
-    params = {"model": "llama3-70b", "n": 16, "chip": "tpu-v6e"}   # the full v6e axis wraps
+    params = {"model": "llama3-70b", "n": 16, "chip": "tpu-v6e"}   # a full axis wraps
     right = 2 * t_ag_torus(W_UP, 16, v6e.ici_link_bandwidth)
     assert evaluate("3.2", right, variant=params).correct
     assert "one-way ring" in evaluate("3.2", 2 * right, variant=params).message
@@ -302,7 +302,8 @@ def test_3_8_variant_names_its_model():
 
 def test_3_9_and_3_14_variants():
     params = {"model": "llama3-405b", "n": 16, "chip": "tpu-v5p"}
-    right = (2 * 15 / 16 * 4096 * D4 * 2 / (2 * W5p)) / (3 * 2 * 4096 * D4 * F4 / 16 / C5p)
+    t_comm = 2 * 15 / 16 * 4096 * D4 * 2 / (2 * W5p)
+    right = t_comm / (3 * 2 * 4096 * D4 * F4 / 16 / C5p)
     assert evaluate("3.9", right, variant=params).correct
     r = evaluate("3.9", 3 * right, variant=params)
     assert r.status == "wrong" and "over the 16 chips" in r.message, r

@@ -40,7 +40,8 @@ def _proj_dims(model, projection):
 def _model_words(model, projection, chip, **_):
     D, F = _proj_dims(model, projection)
     m = get_model(model)
-    return {"chip_name": get_chip(chip).display_name, "D": D, "F": F, "chip_a": _CHIP_A[chip],
+    return {"chip_name": get_chip(chip).display_name, "D": D, "F": F,
+            "chip_a": _CHIP_A[chip],
             "model_name": getattr(m, "display_name", None) or model.replace("llama3-", "LLaMA-3 ").upper()
             .replace("LLAMA-3", "LLaMA-3")}
 
@@ -76,11 +77,16 @@ register(VariedNumericExercise(
 # 1.2 ------------------------------------------------------------------------------------
 # op -> (formula, FLOPs per element, vectors in HBM, in words, name for the title)
 _VECTOR_OPS = {"add": ("z = x + y", 1, 3, "three", "a vector add"),
-               "axpy": ("z = a x + y", 2, 3, "three (the scalar $a$ is negligible)", "an axpy"),
+               "axpy": ("z = a x + y", 2, 3, "three (the scalar $a$ is negligible)",
+                        "an axpy"),
                "fma": ("z = x \\odot y + w", 2, 4, "four", "a fused multiply-add"),
                # a momentum update, m = b m + (1 - b) g, is one of these
-               "axpby": ("z = a x + b y", 3, 3, "three (the scalars $a$, $b$ are negligible)",
-                         "an axpby")}
+               "axpby": ("z = a x + b y", 3, 3,
+                         "three (the scalars $a$, $b$ are negligible)", "an axpby"),
+               # Adam's second moment, v = b v + (1 - b) g^2: a x, y y, b (y y) and a sum
+               "moment": ("z = a x + b\\, y \\odot y", 4, 3,
+                          "three (the scalars $a$, $b$ are negligible)",
+                          "an Adam moment update")}
 
 
 def _ex2(N=1_000_000, dtype="bf16", op="add"):
@@ -105,7 +111,8 @@ register(VariedNumericExercise(
     choose={"N": (1_000_000, 4_000_000, 16_000_000), "dtype": tuple(_DTYPE_BYTES),
             "op": tuple(_VECTOR_OPS)},
     solve=_ex2, hints_for=_ex2_hints,
-    describe=lambda N, dtype, op: {"formula": _VECTOR_OPS[op][0], "vectors": _VECTOR_OPS[op][3],
+    describe=lambda N, dtype, op: {"formula": _VECTOR_OPS[op][0],
+                                   "vectors": _VECTOR_OPS[op][3],
                                    "op_name": _VECTOR_OPS[op][4]},
     variant_title="Intensity of {op_name}",
     statement="What is the arithmetic intensity of ${formula}$ for {dtype} vectors of {N:,} "
@@ -118,7 +125,8 @@ def _ex3_hints(chip, dtype):
     c = get_chip(chip)
     if dtype != "bf16":
         return [(lambda a: _close(a, c.critical_intensity),
-                 f"that is the bf16 critical intensity; {dtype} has its own peak FLOP/s.")]
+                 f"that is the bf16 critical intensity; {dtype} has its own peak "
+                 f"FLOP/s.")]
     # A bf16 variant: the slip is the chip's 8-bit headline peak.
     low = next((d for d in ("fp8", "int8") if _has_peak(chip, d)), None)
     if low is None:
@@ -134,8 +142,8 @@ def _has_peak(chip, dtype):
 register(VariedNumericExercise(
     id="1.3", title="Critical intensity in fp8", unit="FLOPs/byte",
     params={"chip": "gpu-h100", "dtype": "fp8"},
-    # Only seven chip and 8-bit pairs have a published peak; bf16 variants make the class's
-    # answers differ enough (the slip to catch there is the 8-bit headline peak).
+    # Only seven chip and 8-bit pairs have a published peak; bf16 variants make the
+    # class's answers differ enough (the slip to catch there: the 8-bit headline peak).
     choose={"chip": _ALL_CHIPS, "dtype": ("fp8", "int8", "bf16")},
     solve=lambda chip, dtype: get_chip(chip).critical_intensity_for(dtype),
     hints_for=_ex3_hints, valid=_has_peak, describe=_chip_name,
@@ -171,8 +179,9 @@ def _ex4_hints(model, projection, chip):
 
 # (model, chip) pairs whose critical batch the chapter prints: 70B's in sections 1.4 and
 # 1.9, and every model's on a v5e in the plot of section 1.4.
-_PRINTED_4 = {("llama3-70b", "tpu-v5e"), ("llama3-70b", "gpu-h100"), ("llama3-70b", "tpu-v6e"),
-              ("llama3-8b", "tpu-v5e"), ("llama3-405b", "tpu-v5e")}
+_PRINTED_4 = {("llama3-70b", "tpu-v5e"), ("llama3-70b", "gpu-h100"),
+              ("llama3-70b", "tpu-v6e"), ("llama3-8b", "tpu-v5e"),
+              ("llama3-405b", "tpu-v5e")}
 
 
 def _ex4_ok(model, projection, chip):
@@ -214,8 +223,8 @@ def _ex5_hints(model, projection, chip, weights="int8"):
     dims = _proj_dims(model, projection)
     hints = [
         (lambda a: a == rl.critical_batch(*dims, chip),
-         f"that is the answer with bf16 weights. The weights now take {_BYTE_WORDS[weights]} "
-         f"each."),
+         f"that is the answer with bf16 weights. The weights now take "
+         f"{_BYTE_WORDS[weights]} each."),
     ]
     if weights == "int4":
         hints.append((lambda a: a == _ex5(model, projection, chip, "int8"),
@@ -230,7 +239,8 @@ def _ex5_hints(model, projection, chip, weights="int8"):
 
 def _ex5_ok(model, projection, chip, weights="int8"):
     kw = dict(bytes_per_element=2, weight_bytes_per_element=_WEIGHT_BYTES[weights])
-    return (_batch_ok(model, projection, chip) and _batch_ok(model, projection, chip, **kw)
+    return (_batch_ok(model, projection, chip)
+            and _batch_ok(model, projection, chip, **kw)
             and (not _has_peak(chip, "int8") or _batch_ok(model, projection, chip,
                                                           dtype="int8", **kw)))
 
@@ -242,15 +252,17 @@ def _ex5_words(model, projection, chip, weights):
 
 register(VariedNumericExercise(
     id="1.5", title="int8 weights halve the batch", unit="tokens", integer=True,
-    params={"model": "llama3-70b", "projection": "up", "chip": "tpu-v5e", "weights": "int8"},
+    params={"model": "llama3-70b", "projection": "up", "chip": "tpu-v5e",
+            "weights": "int8"},
     # Not the projection: up and down swap D and F, which leaves B* unchanged.
     choose={"model": _MODELS, "chip": _ALL_CHIPS, "weights": tuple(_WEIGHT_BYTES)},
     solve=_ex5, hints_for=_ex5_hints, valid=_ex5_ok, describe=_ex5_words,
     variant_title="{weights} weights {verb} the batch",
-    statement="The weights of {model_name}'s {projection} projection, $W[{D}, {F}]$, are stored "
-              "in {weights} ({byte_words}) while the activations $X[B, {D}]$ and the output stay "
-              "bf16 and the arithmetic is done in bf16. What is the smallest batch $B$ that "
-              "makes this matmul compute-bound on one {chip_name}? Answer in tokens.",
+    statement="The weights of {model_name}'s {projection} projection, $W[{D}, {F}]$, "
+              "are stored in {weights} ({byte_words}) while the activations $X[B, "
+              "{D}]$ and the output stay bf16 and the arithmetic is done in bf16. What "
+              "is the smallest batch $B$ that makes this matmul compute-bound on one "
+              "{chip_name}? Answer in tokens.",
 ))
 
 
@@ -275,12 +287,13 @@ def _ex6_hints(chip, psum="bf16"):
          "(each chip sends its own [B, F] sum, both directions at once)?"),
         (lambda a: _close(a, _ex6(chip, psum) / 2),
          f"2x too small: did you count {s // 2} byte{'s' if s > 2 else ''} per element "
-         f"({article} {psum} element of the partial sum takes {s} bytes), give each chip all "
-         "2BDF FLOPs (it does only its half, BDF), or count the link's bandwidth in both "
-         "directions (each chip sends in one)?"),
+         f"({article} {psum} element of the partial sum takes {s} bytes), give each "
+         f"chip all "
+         "2BDF FLOPs (it does only its half, BDF), or count the link's bandwidth in "
+         "both directions (each chip sends in one)?"),
         (lambda a: _close(a, _ex6(chip, psum) * 4),
-         f"4x too large: each chip does BDF FLOPs (2 per multiply-add, on half of D) and "
-         f"sends {s}BF bytes (one {psum} [B, F] partial sum)."),
+         f"4x too large: each chip does BDF FLOPs (2 per multiply-add, on half of D) "
+         f"and sends {s}BF bytes (one {psum} [B, F] partial sum)."),
     ]
 
 
@@ -292,19 +305,20 @@ register(VariedNumericExercise(
     describe=lambda chip, psum: {
         "chip_name": get_chip(chip).display_name,
         "link": "ICI" if chip.startswith("tpu") else "NVLink",
-        "psum_words": "" if psum == "bf16" else " (kept in fp32 for accuracy: 4 bytes each)"},
-    statement="Two {chip_name} chips split the contraction dimension $D$ of a bf16 matmul "
-              "$X[B, D] \\cdot W[D, F]$ in halves and exchange their $[B, F]$ partial "
-              "sums{psum_words} over one {link} link (both directions at once). Ignoring HBM, "
-              "above what $D$ does the exchange take no longer than the multiplication? Answer "
-              "in elements of $D$.",
+        "psum_words": ("" if psum == "bf16"
+                       else " (kept in fp32 for accuracy: 4 bytes each)")},
+    statement="Two {chip_name} chips split the contraction dimension $D$ of a bf16 "
+              "matmul $X[B, D] \\cdot W[D, F]$ in halves and exchange their $[B, F]$ "
+              "partial sums{psum_words} over one {link} link (both directions at "
+              "once). Ignoring HBM, above what $D$ does the exchange take no longer "
+              "than the multiplication? Answer in elements of $D$.",
 ))
 
 
 # 1.7 ------------------------------------------------------------------------------------
-# Tiles come in steps of the matrix unit's width on a TPU (128, or 256 on v6e); a GPU has
-# no MXU, and its kernels' tiles come in steps of 64 (the rows of a Hopper warpgroup's
-# tensor-core instruction; CUTLASS and Triton tiles are multiples of it too).
+# Tiles come in steps of the matrix unit's width on a TPU (128, or 256 on v6e); a GPU
+# has no MXU, and its kernels' tiles come in steps of 64 (the rows of a Hopper
+# warpgroup's tensor-core instruction; CUTLASS and Triton tiles are multiples of 64).
 _GPU_TILE_STEP = 64
 
 
@@ -325,7 +339,8 @@ def _tile_answer(n=16384, chip="tpu-v5e"):
 
 def _ex7_hints(n, chip):
     step = _tile_step(chip)
-    why = "the matrix unit's width" if get_chip(chip).mxu_size else "the GPU kernel's tile step"
+    why = ("the matrix unit's width" if get_chip(chip).mxu_size
+           else "the GPU kernel's tile step")
     return [
         (lambda a: a % step != 0, f"the tile must be a multiple of {step} ({why})."),
         (lambda a: a < _tile_answer(n, chip), "too small: at that tile size the intensity is still below I*."),
@@ -345,11 +360,12 @@ register(VariedNumericExercise(
     params={"n": 16384, "chip": "tpu-v5e"},
     choose={"n": (2048, 4096, 8192, 16384, 32768), "chip": _ALL_CHIPS},
     solve=_tile_answer, hints_for=_ex7_hints, valid=_ex7_ok,
-    describe=lambda n, chip: {"chip_name": get_chip(chip).display_name, "step": _tile_step(chip)},
-    statement="One {chip_name} chip multiplies two bf16 matrices of ${n} \\times {n}$ with square "
-              "$t \\times t$ output tiles (section 1.5). What is the smallest $t$, a multiple of "
-              "{step}, that makes the tiled matmul compute-bound? Answer in elements (the side of "
-              "the tile).",
+    describe=lambda n, chip: {"chip_name": get_chip(chip).display_name,
+                              "step": _tile_step(chip)},
+    statement="One {chip_name} chip multiplies two bf16 matrices of ${n} \\times {n}$ "
+              "with square $t \\times t$ output tiles (section 1.5). What is the "
+              "smallest $t$, a multiple of {step}, that makes the tiled matmul "
+              "compute-bound? Answer in elements (the side of the tile).",
 ))
 
 
@@ -424,7 +440,8 @@ _BATCHES = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 def _draw_9(rng):
-    return (rng.choice(_BATCHES), rng.choice(_DIMS), rng.choice(_DIMS), rng.choice(_ALL_CHIPS))
+    return (rng.choice(_BATCHES), rng.choice(_DIMS), rng.choice(_DIMS),
+            rng.choice(_ALL_CHIPS))
 
 
 register(CodeExercise(
@@ -475,7 +492,8 @@ def _batch_ok_dims(D, F, chip):
 
 register(CodeExercise(
     id="1.10", title="Smallest compute-bound batch, in code", reference=_critical_batch_ref,
-    cases=_CASES_10, generate=_draw_10, compare=lambda got, want: as_number(got) == want, unit="tokens",
+    cases=_CASES_10, generate=_draw_10,
+    compare=lambda got, want: as_number(got) == want, unit="tokens",
     describe=lambda D, F, chip: f"D={D}, F={F}, chip={chip!r}",
     hints=[
         (lambda got, want, args: as_number(got) is not None

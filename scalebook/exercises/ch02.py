@@ -8,25 +8,26 @@ from .. import chip_internals, topology
 from ..hardware import get_chip
 from ..models import get_model
 from .core import register
-from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
-                    as_number)
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise,
+                    VariedNumericExercise, as_number)
 
 
 def _close(a, b, rtol=0.03):
     return math.isclose(a, b, rel_tol=rtol)
 
 
-# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers are
-# each exercise's ``params``; an assignment draws others from ``choose``.
-_ALL_CHIPS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-a100", "gpu-h100", "gpu-h200",
-              "gpu-b200")
+# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers
+# are each exercise's ``params``; an assignment draws others from ``choose``.
+_ALL_CHIPS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-a100", "gpu-h100",
+              "gpu-h200", "gpu-b200")
 _TPUS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
-# Slice shapes: 2D for v5e and v6e (16 x 16 pods), 3D for v4 and v5p (cubes of 4 x 4 x 4).
+# Slice shapes: 2D for v5e and v6e (16 x 16 pods), 3D for v4 and v5p (4 x 4 x 4 cubes).
 _SHAPES_2D = ("2x2", "2x4", "4x4", "2x8", "4x8", "8x8", "2x16", "4x16", "8x16", "16x16")
 _SHAPES_3D = ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "2x4x8", "4x4x8", "4x8x8",
               "8x8x8", "4x4x12", "8x8x16")
 _SHORT = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e",
-          "gpu-a100": "A100", "gpu-h100": "H100", "gpu-h200": "H200", "gpu-b200": "B200"}
+          "gpu-a100": "A100", "gpu-h100": "H100", "gpu-h200": "H200",
+          "gpu-b200": "B200"}
 _MODEL_TITLE = {"llama3-8b": "LLaMA-3-8B", "llama3-70b": "LLaMA-3-70B",
                 "llama3-405b": "LLaMA-3-405B"}
 
@@ -77,17 +78,21 @@ register(NumericExercise(
 # cycles were the same as one cycle too many.
 _CASES_2 = [(8, 128, 128), (3, 4, 5), (1, 1, 1), (256, 128, 128), (1, 256, 256), (100, 7, 3)]
 
+
 def _draw_2(rng):
     """A batch of 1 to 1024 rows on an array of up to 256 x 256 cells (a v6e MXU), sides
     often a power of two (an MXU's), sometimes any size (a partly filled array)."""
     def side():
-        return rng.choice((8, 16, 32, 64, 128, 256)) if rng.random() < 0.5 else rng.randint(2, 256)
+        if rng.random() < 0.5:
+            return rng.choice((8, 16, 32, 64, 128, 256))
+        return rng.randint(2, 256)
     return rng.randint(1, 1024), side(), side()
 
 
 register(CodeExercise(
     id="2.2", title="Cycles of a weight-stationary systolic array", reference=chip_internals.systolic_cycles,
-    cases=_CASES_2, generate=_draw_2, compare=lambda got, want: as_number(got) == want, unit="cycles",
+    cases=_CASES_2, generate=_draw_2,
+    compare=lambda got, want: as_number(got) == want, unit="cycles",
     describe=lambda B, D, F: f"B={B}, D={D}, F={F}",
     hints=[
         (lambda got, want, args: as_number(got) == want + args[1],
@@ -131,9 +136,9 @@ register(VariedNumericExercise(
     # Some padding (else there is no waste to find), and not square: the chapter plots
     # the useful fraction of square weights.
     valid=lambda K, N: K != N and _ex3(K, N) < 1,
-    statement="A bf16 weight of shape $[{K}, {N}]$ is multiplied on a TPU v6e. What fraction "
-              "of the MXU work is useful (not spent on padding)? Answer as a number between "
-              "0 and 1.",
+    statement="A bf16 weight of shape $[{K}, {N}]$ is multiplied on a TPU v6e. What "
+              "fraction of the MXU work is useful (not spent on padding)? Answer as a "
+              "number between 0 and 1.",
 ))
 
 
@@ -155,7 +160,8 @@ def _draw_4(rng):
 
 
 register(CodeExercise(
-    id="2.4", title="Hops on a torus", reference=_torus_ref, cases=_CASES_4, generate=_draw_4,
+    id="2.4", title="Hops on a torus", reference=_torus_ref, cases=_CASES_4,
+    generate=_draw_4,
     compare=lambda got, want: as_number(got) == want, unit="hops",
     describe=lambda src, dst, shape: f"src={src}, dst={dst}, shape={shape}",
     hints=[
@@ -168,11 +174,11 @@ register(CodeExercise(
 
 
 # 2.5 ------------------------------------------------------------------------------------
-_SHAPE5 = (4, 16)      # not 8x16: the chapter's slice table prints that one's diameter
-# Slices whose diameter the chapter prints (its slice table), and the shapes of its table of
-# tori (the same number when every axis wraps).
-_PRINTED5 = {("tpu-v5e", "2x4"), ("tpu-v5e", "4x4"), ("tpu-v5e", "8x16"), ("tpu-v5e", "16x16"),
-             ("tpu-v6e", "16x16"), ("tpu-v5p", "2x4x4"), ("tpu-v5p", "4x4x8")}
+# Not 8x16 (the chapter's slice table prints its diameter): the slices that table
+# prints, and the shapes of its table of tori (the same number when every axis wraps).
+_PRINTED5 = {("tpu-v5e", "2x4"), ("tpu-v5e", "4x4"), ("tpu-v5e", "8x16"),
+             ("tpu-v5e", "16x16"), ("tpu-v6e", "16x16"), ("tpu-v5p", "2x4x4"),
+             ("tpu-v5p", "4x4x8")}
 _TORI5 = ("4x4", "16x16", "4x4x4")
 
 
@@ -183,25 +189,25 @@ def _ex5(chip="tpu-v5e", shape="4x16"):
 def _ex5_hints(chip, shape):
     dims = topology.parse_shape(shape)
     wrap = topology.slice_wraparound(chip, dims)
-    flat = len(dims) == 2                   # v5e, v6e: an axis wraps when it spans the pod
     wrapping = [f"{n}-long" for n, w in zip(dims, wrap) if w]
     open_ = [f"{n}-long" for n, w in zip(dims, wrap) if not w]
+    if len(dims) == 3:     # v4, v5p: wraparound from whole 4x4x4 cubes, on every axis
+        no_wrap = ("every axis is a multiple of 4 (whole 4x4x4 cubes), so every axis "
+                   "has a wraparound link.")
+        all_wrap = ("wraparound links come from whole 4x4x4 cubes: unless every axis "
+                    "is a multiple of 4, no axis wraps.")
+    else:                  # v5e, v6e: an axis wraps when it spans the pod
+        no_wrap = (f"the {wrapping[0]} axis spans the whole pod, so it has a "
+                   f"wraparound link." if len(wrapping) == 1 else
+                   "both axes span the whole pod, so both have wraparound links.")
+        all_wrap = "only an axis that spans the full pod width wraps; " + (
+            f"the {open_[0]} axis does not." if len(open_) == 1 else
+            f"neither the {open_[0]} nor the {open_[1]} axis does.")
     hints = []
     if wrapping:
-        message = ("every axis is a multiple of 4 (whole 4x4x4 cubes), so every axis has a "
-                   "wraparound link." if not flat else
-                   f"the {wrapping[0]} axis spans the whole pod, so it has a wraparound link."
-                   if len(wrapping) == 1 else
-                   "both axes span the whole pod, so both have wraparound links.")
-        hints.append((lambda a: a == topology.diameter(dims, wrap=False), message))
+        hints.append((lambda a: a == topology.diameter(dims, wrap=False), no_wrap))
     if open_:
-        message = ("wraparound links come from whole 4x4x4 cubes: unless every axis is a "
-                   "multiple of 4, no axis wraps." if not flat else
-                   f"only an axis that spans the full pod width wraps; the {open_[0]} axis "
-                   f"does not." if len(open_) == 1 else
-                   f"only an axis that spans the full pod width wraps; neither the "
-                   f"{open_[0]} nor the {open_[1]} axis does.")
-        hints.append((lambda a: a == topology.diameter(dims, wrap=True), message))
+        hints.append((lambda a: a == topology.diameter(dims, wrap=True), all_wrap))
     return hints
 
 
@@ -213,12 +219,14 @@ register(VariedNumericExercise(
     params={"chip": "tpu-v5e", "shape": "4x16"},
     choose={"chip": _TPUS, "shape": _SHAPES_2D + _SHAPES_3D},
     solve=_ex5, hints_for=_ex5_hints,
-    valid=lambda chip, shape: (_shape_fits(chip, shape) and (chip, shape) not in _PRINTED5
-                               and shape not in _TORI5 and _chips_in(shape) > 4),
+    valid=lambda chip, shape: (_shape_fits(chip, shape) and shape not in _TORI5
+                               and (chip, shape) not in _PRINTED5
+                               and _chips_in(shape) > 4),
     describe=lambda chip, shape: {"short": _SHORT[chip]},
     variant_title="Diameter of a {short} {shape} slice",
-    statement="What is the largest number of ICI hops between two chips of a TPU {short} "
-              "`{shape}` slice? (Which of its axes have wraparound links?) Answer in hops.",
+    statement="What is the largest number of ICI hops between two chips of a TPU "
+              "{short} `{shape}` slice? (Which of its axes have wraparound links?) "
+              "Answer in hops.",
 ))
 
 
@@ -228,7 +236,7 @@ def _weights_405b() -> float:
     return get_model("llama3-405b").weight_bytes(2)
 
 
-_WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp32": 4}     # fp32: a training run's master copy
+_WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp32": 4}   # fp32: a training run's master copy
 _BYTE_SIZE = {"bf16": "2 bytes", "int8": "1 byte", "fp32": "4 bytes"}
 
 
@@ -241,30 +249,34 @@ def _ex6_hints(model, chip, dtype):
     c, m = get_chip(chip), get_model(model)
     w = m.weight_bytes(_WEIGHT_BYTES[dtype])
     if c.hbm_unit == "GiB":          # the table's bytes read as GB
-        size, slip = f"{c.hbm_bytes / 2**30:g} GiB = {c.hbm_bytes:.4g} bytes", 1e9 / 2**30
-        unit = "GB"
+        size = f"{c.hbm_bytes / 2**30:g} GiB = {c.hbm_bytes:.4g} bytes"
+        slip, unit = 1e9 / 2**30, "GB"
     else:
-        size, slip = f"{c.hbm_bytes / 1e9:g} GB = {c.hbm_bytes / 1e9:g}e9 bytes", 2**30 / 1e9
-        unit = "GiB"
+        size = f"{c.hbm_bytes / 1e9:g} GB = {c.hbm_bytes / 1e9:g}e9 bytes"
+        slip, unit = 2**30 / 1e9, "GiB"
+    if dtype == "bf16":
+        bytes_hint = (lambda a: a == math.ceil(m.num_params() / c.hbm_bytes),
+                      "each bf16 weight takes 2 bytes.")
+    else:
+        bytes_hint = (lambda a: a == math.ceil(m.weight_bytes(2) / c.hbm_bytes),
+                      f"each {dtype} weight takes {_BYTE_SIZE[dtype]}, not 2.")
+    w70 = get_model("llama3-70b").weight_bytes(_WEIGHT_BYTES[dtype])
     hints = [
         (lambda a: a == math.floor(w / c.hbm_bytes),
          "round up: a fraction of a chip still needs a whole chip."),
-        (lambda a: a == math.ceil(m.num_params() / c.hbm_bytes), "each bf16 weight takes 2 bytes.")
-        if dtype == "bf16" else
-        (lambda a: a == math.ceil(m.weight_bytes(2) / c.hbm_bytes),
-         f"each {dtype} weight takes {_BYTE_SIZE[dtype]}, not 2."),
+        bytes_hint,
         (lambda a: a == math.ceil(w / (c.hbm_bytes * slip)),
          f"the hardware table gives HBM in bytes ({size}), not {unit}."),
     ]
     if model == "llama3-405b":
-        hints.append((lambda a: a == math.ceil(get_model("llama3-70b").weight_bytes(
-            _WEIGHT_BYTES[dtype]) / c.hbm_bytes),
-            "that is LLaMA-3-70B (the chapter's example); this exercise asks about 405B."))
+        hints.append((lambda a: a == math.ceil(w70 / c.hbm_bytes),
+                      "that is LLaMA-3-70B (the chapter's example); this exercise asks "
+                      "about 405B."))
     return hints
 
 
-# The chapter prints the count for 70B in bf16 on v5e and on H100 (section 2.5); a count of
-# one chip has nothing to round up.
+# The chapter prints the count for 70B in bf16 on v5e and on H100 (section 2.5); a count
+# of one chip has nothing to round up.
 _PRINTED6 = {("llama3-70b", "tpu-v5e", "bf16"), ("llama3-70b", "gpu-h100", "bf16")}
 
 register(VariedNumericExercise(
@@ -282,8 +294,8 @@ register(VariedNumericExercise(
         "byte_words": "" if dtype == "bf16" else f", {_BYTE_SIZE[dtype]} per weight"},
     variant_title="{short} chips to hold {model_title}",
     statement="What is the smallest number of {chip_name} chips whose HBM can hold all "
-              "{model_title} weights in {dtype}{byte_words} (ignoring everything else that "
-              "needs memory)? Answer in chips.",
+              "{model_title} weights in {dtype}{byte_words} (ignoring everything else "
+              "that needs memory)? Answer in chips.",
 ))
 
 
@@ -305,34 +317,39 @@ def _ex7_hints(model, chip, shape):
          f"the {n} chips each stream their own share of the weights at the same time."),
         (lambda a: _close(a, _decode_floor(other, n, w)),
          f"that is a {_SHORT[other]}'s HBM bandwidth."),
-        (lambda a: _close(a, get_model(model).num_params() / (n * get_chip(chip).hbm_bandwidth)),
+        (lambda a: _close(a, get_model(model).num_params()
+                          / (n * get_chip(chip).hbm_bandwidth)),
          "bf16 weights take 2 bytes each."),
     ]
 
 
 def _fits(model, chip, shape):
     """The model's bf16 weights fit in the slice's HBM."""
-    return get_model(model).weight_bytes(2) <= _chips_in(shape) * get_chip(chip).hbm_bytes
+    hbm = _chips_in(shape) * get_chip(chip).hbm_bytes
+    return get_model(model).weight_bytes(2) <= hbm
 
 
 def _slice_words(model, chip, shape):
-    return {"model_title": _MODEL_TITLE[model], "short": _SHORT[chip], "n": _chips_in(shape)}
+    return {"model_title": _MODEL_TITLE[model], "short": _SHORT[chip]}
+
+
+_SHAPES = _SHAPES_2D + _SHAPES_3D
 
 
 register(VariedNumericExercise(
     id="2.7", title="Decode floor of LLaMA-3-70B on a v6e 4x4 slice", unit="s",
     params={"model": "llama3-70b", "chip": "tpu-v6e", "shape": "4x4"},
-    choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES_2D + _SHAPES_3D},
+    choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES},
     solve=_ex7, hints_for=_ex7_hints,
     # The chapter prints the floor of 70B on a v5e 4x4 slice (section 2.5).
-    valid=lambda model, chip, shape: (_shape_fits(chip, shape) and _fits(model, chip, shape)
-                                      and (model, chip, shape)
-                                      != ("llama3-70b", "tpu-v5e", "4x4")),
+    valid=lambda model, chip, shape: (
+        _shape_fits(chip, shape) and _fits(model, chip, shape)
+        and (model, chip, shape) != ("llama3-70b", "tpu-v5e", "4x4")),
     describe=_slice_words,
     variant_title="Decode floor of {model_title} on a {short} {shape} slice",
-    statement="{model_title} in bf16 is sharded evenly over a TPU {short} `{shape}` slice. "
-              "What is the shortest possible time of one decode step at batch 1, set by "
-              "reading every weight from HBM once? Answer in seconds.",
+    statement="{model_title} in bf16 is sharded evenly over a TPU {short} `{shape}` "
+              "slice. What is the shortest possible time of one decode step at batch "
+              "1, set by reading every weight from HBM once? Answer in seconds.",
 ))
 
 
@@ -350,26 +367,29 @@ def _ex8_hints(model, chip, shape):
     n, w = _chips_in(shape), get_model(model).weight_bytes(2)
     hosts = topology.slice_info(chip, shape).hosts
     return [
-        (lambda a: _close(a, _pcie_load(1, chip, w)), "every chip has its own PCIe link to "
-         f"its host; all {n} load their share at once."),
-        (lambda a: _close(a, _pcie_load(hosts, chip, w)), "count PCIe links per chip, not per "
-                                                          "host."),
+        (lambda a: _close(a, _pcie_load(1, chip, w)),
+         f"every chip has its own PCIe link to its host; all {n} load their share at "
+         f"once."),
+        (lambda a: _close(a, _pcie_load(hosts, chip, w)),
+         "count PCIe links per chip, not per host."),
     ]
 
 
 register(VariedNumericExercise(
     id="2.8", title="Loading LLaMA-3-70B over PCIe", unit="s",
     params={"model": "llama3-70b", "chip": "tpu-v5e", "shape": "4x4"},
-    choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES_2D + _SHAPES_3D},
+    choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES},
     solve=_ex8, hints_for=_ex8_hints,
     # More than one host (else per chip and per host are the same), and room in HBM.
-    valid=lambda model, chip, shape: (_shape_fits(chip, shape) and _fits(model, chip, shape)
-                                      and topology.slice_info(chip, shape).hosts > 1),
+    valid=lambda model, chip, shape: (
+        _shape_fits(chip, shape) and _fits(model, chip, shape)
+        and topology.slice_info(chip, shape).hosts > 1),
     describe=_slice_words,
     variant_title="Loading {model_title} over PCIe",
-    statement="The bf16 weights of {model_title} sit in host memory, and each chip of a TPU "
-              "{short} `{shape}` slice loads its even share of them over PCIe, all at once. "
-              "How long does the load take, at scalebook's PCIe bandwidth? Answer in seconds.",
+    statement="The bf16 weights of {model_title} sit in host memory, and each chip of "
+              "a TPU {short} `{shape}` slice loads its even share of them over PCIe, "
+              "all at once. How long does the load take, at scalebook's PCIe "
+              "bandwidth? Answer in seconds.",
 ))
 
 
@@ -414,14 +434,14 @@ def _ex11_hints(tpu, shape, gpu):
         (lambda a: _close(a, 1 / _floor_ratio(tpu, shape, gpu)),
          f"upside down: {_SHORT[tpu]} time divided by {_SHORT[gpu]} time."),
         (lambda a: _close(a, get_chip(gpu).hbm_bandwidth / get_chip(tpu).hbm_bandwidth),
-         f"that compares one chip with one chip; the slice has {_chips_in(shape)} chips and "
-         f"the node 8."),
+         f"that compares one chip with one chip; the slice has {_chips_in(shape)} "
+         f"chips and the node 8."),
     ]
 
 
 def _ex11_ok(tpu, shape, gpu):
-    # A slice that holds the weights and is slower than the node ("how many times longer"),
-    # with as many TPU chips as GPUs or more.
+    # A slice that holds the weights and is slower than the node ("how many times
+    # longer"), with as many TPU chips as GPUs or more.
     return (_shape_fits(tpu, shape) and _fits("llama3-70b", tpu, shape)
             and _chips_in(shape) >= 8 and _floor_ratio(tpu, shape, gpu) > 1.05)
 
@@ -432,11 +452,13 @@ register(VariedNumericExercise(
     choose={"tpu": _TPUS, "shape": _SHAPES_2D + _SHAPES_3D,
             "gpu": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")},
     solve=_floor_ratio, hints_for=_ex11_hints, valid=_ex11_ok,
-    describe=lambda tpu, shape, gpu: {"tpu_short": _SHORT[tpu], "gpu_short": _SHORT[gpu]},
+    describe=lambda tpu, shape, gpu: {"tpu_short": _SHORT[tpu],
+                                      "gpu_short": _SHORT[gpu]},
     variant_title="{tpu_short} slice versus eight {gpu_short}s",
-    statement="How many times longer is the HBM floor of one LLaMA-3-70B decode step on a TPU "
-              "{tpu_short} `{shape}` slice than on one server of 8 {gpu_short}s (weights sharded "
-              "evenly in both cases)? Answer as a ratio ({tpu_short} time / {gpu_short} time).",
+    statement="How many times longer is the HBM floor of one LLaMA-3-70B decode step "
+              "on a TPU {tpu_short} `{shape}` slice than on one server of 8 "
+              "{gpu_short}s (weights sharded evenly in both cases)? Answer as a ratio "
+              "({tpu_short} time / {gpu_short} time).",
 ))
 
 
@@ -518,10 +540,10 @@ def _ex14_hints(chip, weights):
     c, sw = get_chip(chip), _WEIGHT_BYTES[weights]
     ref = _ex14(chip, weights)
     if weights == "bf16":
-        halved = ("half the answer: bf16 weights are 2 bytes each, and pcie_bandwidth is one "
-                  "direction (do not double it).")
+        halved = ("half the answer: bf16 weights are 2 bytes each, and pcie_bandwidth "
+                  "is one direction (do not double it).")
         doubled = "a multiply-add is 2 FLOPs: X[B, D] @ W[D, F] does 2 B D F of them."
-    else:             # int8: 2 bytes per weight and 1 FLOP per multiply-add both double it
+    else:      # int8: 2 bytes per weight and 1 FLOP per multiply-add both double it
         halved = "half the answer: pcie_bandwidth is one direction (do not double it)."
         doubled = ("twice the answer: int8 weights take 1 byte each (not 2), and a "
                    "multiply-add is 2 FLOPs (X[B, D] @ W[D, F] does 2 B D F of them).")
@@ -529,19 +551,20 @@ def _ex14_hints(chip, weights):
         (lambda a: _close(a, _pcie_batch(chip, bandwidth=c.hbm_bandwidth, s_w=sw)),
          "that is for weights read from HBM; these come from host memory over PCIe."),
         (lambda a: _close(a, ref / 2), halved),
-        (lambda a: _close(a, c.chips_per_host * ref), "pcie_bandwidth is already per chip: do "
-                                                      "not share it among the host's chips."),
+        (lambda a: _close(a, c.chips_per_host * ref), "pcie_bandwidth is already per "
+                                                      "chip: do not share it among the "
+                                                      "host's chips."),
         (lambda a: _close(a, 2 * ref), doubled),
     ]
     if chip != "tpu-v5e":
         hints.append((lambda a: _close(a, _ex14("tpu-v5e", weights)),
-                      f"those are the v5e's figures; use the {_SHORT[chip]}'s peak and PCIe "
-                      f"bandwidth."))
+                      f"those are the v5e's figures; use the {_SHORT[chip]}'s peak and "
+                      f"PCIe bandwidth."))
     return hints
 
 
-# The chapter prints the PCIe batch for bf16 weights on a v5e and an H100 (an H200 has the
-# H100's peak and PCIe link).
+# The chapter prints the PCIe batch for bf16 weights on a v5e and an H100 (an H200 has
+# the H100's peak and PCIe link).
 _PRINTED14 = {"tpu-v5e", "gpu-h100", "gpu-h200"}
 
 register(VariedNumericExercise(
@@ -553,11 +576,12 @@ register(VariedNumericExercise(
     describe=lambda chip, weights: {
         "a_chip": "A" + _a(get_chip(chip).display_name.split(" (")[0])[1:],
         "a_short": _a(_SHORT[chip]),
-        "upcast": "" if weights == "bf16" else " (1 byte each, turned into bf16 for the "
+        "upcast": "" if weights == "bf16" else "(1 byte each, turned into bf16 for the "
                                                "arithmetic at the bf16 peak)"},
     variant_title="Weights from host memory on {a_short}",
     statement="{a_chip} streams the {weights} weight $W[D, F]${upcast} of a matmul "
-              "$X[B, D] \\cdot W[D, F]$ from host memory over PCIe at every step, overlapping "
-              "the transfer with the arithmetic. From how many tokens $B$ does the arithmetic, "
-              "not the transfer, set the time? Ignore the activations. Answer in tokens.",
+              "$X[B, D] \\cdot W[D, F]$ from host memory over PCIe at every step, "
+              "overlapping the transfer with the arithmetic. From how many tokens $B$ "
+              "does the arithmetic, not the transfer, set the time? Ignore the "
+              "activations. Answer in tokens.",
 ))

@@ -31,8 +31,8 @@ def _70b():
     return get_model("llama3-70b")
 
 
-# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers are
-# each exercise's ``params``; an assignment draws others from ``choose``.
+# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers
+# are each exercise's ``params``; an assignment draws others from ``choose``.
 _MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
 _SIZE = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 _SHORT = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e"}
@@ -41,8 +41,8 @@ _TPUS = tuple(_SHORT)
 
 def _torus_axis(chip, n):
     """Whether ``n`` chips of ``chip`` form a torus axis (wraparound links): on v5e and
-    v6e only the full 16-chip axis of a pod; on v4 and v5p an axis of a slice made of whole
-    4 x 4 x 4 cubes (4, 8, 16, ... chips)."""
+    v6e only the full 16-chip axis of a pod; on v4 and v5p an axis of a slice made of
+    whole 4 x 4 x 4 cubes (4, 8, 16, ... chips)."""
     if get_chip(chip).topology.startswith("2D"):
         return n == 16
     return n % 4 == 0
@@ -57,8 +57,8 @@ def _w_up_bytes(bytes_per_element=2, model="llama3-70b", matrix="up"):
 
 
 def _ex1(bytes_per_element=2, model="llama3-70b", matrix="up", n=16):
-    return collectives.ring_bytes("all-gather", _w_up_bytes(bytes_per_element, model, matrix),
-                                  n)
+    nbytes = _w_up_bytes(bytes_per_element, model, matrix)
+    return collectives.ring_bytes("all-gather", nbytes, n)
 
 
 def _ex1_hints(model, matrix, n):
@@ -82,11 +82,12 @@ register(VariedNumericExercise(
     params={"model": "llama3-70b", "matrix": "up", "n": 16},
     choose={"model": _MODELS, "matrix": tuple(_MATRIX_WORDS), "n": (4, 8, 16, 32)},
     solve=lambda model, matrix, n: _ex1(2, model, matrix, n), hints_for=_ex1_hints,
-    describe=lambda model, matrix, n: {"size": _SIZE[model], "what": _MATRIX_WORDS[matrix],
+    describe=lambda model, matrix, n: {"size": _SIZE[model],
+                                       "what": _MATRIX_WORDS[matrix],
                                        "shape": _MATRIX_SHAPE[matrix]},
-    statement="The {what} of LLaMA-3 {size}, ${shape}$ in bf16, is sharded over {n} chips. "
-              "How many bytes does each chip send when they all-gather it with the ring "
-              "algorithm?",
+    statement="The {what} of LLaMA-3 {size}, ${shape}$ in bf16, is sharded over {n} "
+              "chips. How many bytes does each chip send when they all-gather it with "
+              "the ring algorithm?",
 ))
 
 
@@ -98,8 +99,8 @@ def _ex2(topology="torus", model="llama3-70b", n=8, chip="tpu-v5p"):
 
 def _ex2_hints(model, n, chip):
     return [
-        (lambda a: _close(a, _ex2("ring", model, n, chip)), "that is a one-way ring. A torus "
-         "axis with wraparound sends half the data each way, over two links."),
+        (lambda a: _close(a, _ex2("ring", model, n, chip)), "that is a one-way ring. A "
+         "torus axis with wraparound sends half the data each way, over two links."),
         (lambda a: _close(a, _ex2("torus", model, n, chip) / 2), "an all-reduce is a "
          "reduce-scatter and then an all-gather: 2 (n - 1) / n times the array."),
     ]
@@ -113,9 +114,10 @@ register(VariedNumericExercise(
     valid=lambda model, n, chip: _torus_axis(chip, n),
     describe=lambda model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
     variant_title="All-reduce of a gradient on a {short} axis",
-    statement="The bf16 gradient of LLaMA-3 {size}'s up-projection $W[D, F]$ is all-reduced "
-              "over the {n} chips of one TPU {short} torus axis (wraparound, links used in both "
-              "directions). How long does it take at least, in seconds?",
+    statement="The bf16 gradient of LLaMA-3 {size}'s up-projection $W[D, F]$ is "
+              "all-reduced over the {n} chips of one TPU {short} torus axis "
+              "(wraparound, links used in both directions). How long does it take at "
+              "least, in seconds?",
 ))
 
 
@@ -182,12 +184,13 @@ register(VariedNumericExercise(
     params={"B": 4096, "model": "llama3-70b", "n": 16, "chip": "tpu-v5e"},
     choose={"B": (1024, 2048, 4096, 8192), "model": _MODELS, "n": (4, 8, 16),
             "chip": _TPUS},
-    solve=_ex6, hints_for=_ex6_hints, valid=lambda B, model, n, chip: _torus_axis(chip, n),
+    solve=_ex6, hints_for=_ex6_hints,
+    valid=lambda B, model, n, chip: _torus_axis(chip, n),
     describe=lambda B, model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
-    statement="Each of {n} TPU {short} chips on one torus axis holds activations of {B} tokens "
-              "by $D$ of LLaMA-3 {size} in bf16, and they do an all-to-all over the axis (as "
-              "when routing tokens to experts). Using the busiest link's load, how long does "
-              "it take, in seconds?",
+    statement="Each of {n} TPU {short} chips on one torus axis holds activations of "
+              "{B} tokens by $D$ of LLaMA-3 {size} in bf16, and they do an all-to-all "
+              "over the axis (as when routing tokens to experts). Using the busiest "
+              "link's load, how long does it take, in seconds?",
 ))
 
 
@@ -226,17 +229,18 @@ def _ex8_hints(shape, model, chip):
     axes = _axes(shape)
     n = math.prod(axes)
     hints = [
-        (lambda a: _close(a, _ex8(n, model, chip)), f"the {n} chips form three torus axes; a "
-         "collective over all of them uses the links of all three (divide by 3)."),
+        (lambda a: _close(a, _ex8(n, model, chip)),
+         f"the {n} chips form three torus axes; a collective over all of them uses the "
+         f"links of all three (divide by 3)."),
         # An all-reduce and a one-way ring both give exactly 2x: one hint for both.
-        (lambda a: _close(a, 2 * _ex8(axes, model, chip)), "2x too large: did you time an "
-         "all-reduce (a reduce-scatter sends only (n - 1) / n times the array, half as much), "
-         "or a one-way ring (each torus axis sends both ways)?"),
+        (lambda a: _close(a, 2 * _ex8(axes, model, chip)), "2x too large: did you time "
+         "an all-reduce (a reduce-scatter sends only (n - 1) / n times the array, half "
+         "as much), or a one-way ring (each torus axis sends both ways)?"),
     ]
     if model != "llama3-70b":
         hints.append((lambda a: _close(a, _ex8(axes, "llama3-70b", chip)),
-                      f"that is a LLaMA-3 70B layer (section 3.6's example); this exercise "
-                      f"asks about {_SIZE[model]}."))
+                      f"that is a LLaMA-3 70B layer (section 3.6's example); this "
+                      f"exercise asks about {_SIZE[model]}."))
     return hints
 
 
@@ -246,15 +250,16 @@ register(VariedNumericExercise(
     # Slices of whole 4 x 4 x 4 cubes: every axis a torus.
     choose={"shape": ("4x4x4", "4x4x8", "4x8x8", "8x8x8", "4x4x16", "8x8x16"),
             "model": _MODELS, "chip": ("tpu-v4", "tpu-v5p")},
-    solve=lambda shape, model, chip: _ex8(_axes(shape), model, chip), hints_for=_ex8_hints,
+    solve=lambda shape, model, chip: _ex8(_axes(shape), model, chip),
+    hints_for=_ex8_hints,
     valid=lambda shape, model, chip: (shape, model, chip) != ("4x4x4", "llama3-70b",
                                                               "tpu-v5p"),
     describe=lambda shape, model, chip: {"short": _SHORT[chip], "size": _SIZE[model],
                                          "times": " \\times ".join(shape.split("x"))},
     statement="The bf16 gradients of one LLaMA-3 {size} layer (all its parameters, "
-              "`get_model(\"{model}\").params_per_layer()`) are reduce-scattered over a "
-              "${times}$ TPU {short} slice, using all three torus axes. How long does it "
-              "take, in seconds?",
+              "`get_model(\"{model}\").params_per_layer()`) are reduce-scattered over "
+              "a ${times}$ TPU {short} slice, using all three torus axes. How long "
+              "does it take, in seconds?",
 ))
 
 
@@ -269,10 +274,11 @@ def _ex9(n=8, matmuls=3, model="llama3-70b", chip="tpu-v5p"):
 
 def _ex9_hints(model, n, chip):
     return [
-        (lambda a: _close(a, _ex9(n, 1, model, chip)), "the gated MLP has three matmuls (gate, "
-         f"up, down), all sharded over the {n} chips."),
-        (lambda a: _close(a, _ex9(n, 2, model, chip)), "LLaMA's MLP is gated: gate, up and "
-         "down are three matmuls."),
+        (lambda a: _close(a, _ex9(n, 1, model, chip)),
+         f"the gated MLP has three matmuls (gate, up, down), all sharded over the {n} "
+         f"chips."),
+        (lambda a: _close(a, _ex9(n, 2, model, chip)), "LLaMA's MLP is gated: gate, up "
+         "and down are three matmuls."),
     ]
 
 
@@ -285,10 +291,11 @@ register(VariedNumericExercise(
     valid=lambda model, n, chip: (_torus_axis(chip, n)
                                   and (model, n, chip) != ("llama3-70b", 4, "tpu-v5p")),
     describe=lambda model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
-    statement="LLaMA-3 {size}'s gated MLP is tensor-parallel over the {n} chips of one TPU "
-              "{short} torus axis, as in section 3.6, with a batch of 4096 tokens. What is the "
-              "ratio $T_{{\\mathrm{{comm}}}} / T_{{\\mathrm{{math}}}}$ of the all-reduce of "
-              "the bf16 output $[B, D]$ to the time of the MLP's matmuls on one chip at peak?",
+    statement="LLaMA-3 {size}'s gated MLP is tensor-parallel over the {n} chips of one "
+              "TPU {short} torus axis, as in section 3.6, with a batch of 4096 tokens. "
+              "What is the ratio $T_{{\\mathrm{{comm}}}} / T_{{\\mathrm{{math}}}}$ of "
+              "the all-reduce of the bf16 output $[B, D]$ to the time of the MLP's "
+              "matmuls on one chip at peak?",
 ))
 
 
@@ -461,7 +468,8 @@ register(NumericExercise(
 
 
 # 3.14 gather before or after the matmul ----------------------------------------------------
-def _ex14(plan="after", bytes_per_element=2, frac=True, model="llama3-70b", B=4096, n=4):
+def _ex14(plan="after", bytes_per_element=2, frac=True, model="llama3-70b", B=4096,
+          n=4):
     """X[B_Y, F] @ W[F, D] -> [B, D] whole on the n chips of Y; bytes per chip sent."""
     m = get_model(model)
     rows = B * (m.d_model if plan == "after" else m.d_ff) * bytes_per_element
@@ -472,17 +480,18 @@ def _ex14_hints(model, B, n):
     def ex(**kw):
         return _ex14(model=model, B=B, n=n, **kw)
     return [
-        (lambda a: _close(a, ex(plan="before")), "that gathers the activations [B, F] before "
-         "the matmul; here F > D, so gathering the product [B, D] afterwards moves less."),
+        (lambda a: _close(a, ex(plan="before")), "that gathers the activations [B, F] "
+         "before the matmul; here F > D, so gathering the product [B, D] afterwards "
+         "moves less."),
         (lambda a: _close(a, ex(frac=False)), "keep the (n - 1) / n of the ring "
          "all-gather: each chip already holds its own rows."),
-        (lambda a: _close(a, ex(bytes_per_element=4)), "bf16 takes 2 bytes per element, "
-         "not 4."),
-        (lambda a: _close(a, ex() / 2), "half the answer: the question asks for all the "
-         "bytes a chip sends, both directions of the torus together."),
-        (lambda a: _close(a, ex(frac=False) / n), "that is the chip's own output block; "
-         "it sends that block on to all the other chips of the ring: (n - 1) / n of the "
-         "gathered [B, D]."),
+        (lambda a: _close(a, ex(bytes_per_element=4)), "bf16 takes 2 bytes per "
+         "element, not 4."),
+        (lambda a: _close(a, ex() / 2), "half the answer: the question asks for all "
+         "the bytes a chip sends, both directions of the torus together."),
+        (lambda a: _close(a, ex(frac=False) / n), "that is the chip's own output "
+         "block; it sends that block on to all the other chips of the ring: (n - 1) / "
+         "n of the gathered [B, D]."),
     ]
 
 
@@ -492,10 +501,10 @@ register(VariedNumericExercise(
     choose={"model": _MODELS, "B": (1024, 2048, 4096, 8192, 16384), "n": (4, 8, 16)},
     solve=lambda model, B, n: _ex14(model=model, B=B, n=n), hints_for=_ex14_hints,
     describe=lambda model, B, n: {"size": _SIZE[model]},
-    statement="The down-projection of LLaMA-3 {size} in bf16: the hidden activations of {B} "
-              "tokens, $[B_Y, F]$ ($F$ = `d_ff`), split by tokens over the {n} chips of axis "
-              "$Y$, multiply the replicated weight $W[F, D]$, and the product $[B, D]$ must end "
-              "up whole on all {n} chips. Of the two plans of case 6 (gather before, gather "
-              "after), take the one that moves fewer bytes. How many bytes does each chip "
-              "send?",
+    statement="The down-projection of LLaMA-3 {size} in bf16: the hidden activations "
+              "of {B} tokens, $[B_Y, F]$ ($F$ = `d_ff`), split by tokens over the {n} "
+              "chips of axis $Y$, multiply the replicated weight $W[F, D]$, and the "
+              "product $[B, D]$ must end up whole on all {n} chips. Of the two plans "
+              "of case 6 (gather before, gather after), take the one that moves fewer "
+              "bytes. How many bytes does each chip send?",
 ))
