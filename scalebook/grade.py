@@ -849,9 +849,12 @@ def sandbox_argv(box: Path, pkg_root: Path, argv: list[str], opts: dict | None =
     if opts.get("cgroup") and opts.get("processes", 0) > 0:
         cg = Path(opts["cgroup"]) / box.parent.name
         cap = str(opts["processes"])
+        _sandbox.cgroup = cg
         return ["/bin/sh", "-c", _JOIN_CGROUP, "sh", str(cg), cap] + boxed
     return boxed
 
+
+_sandbox = threading.local()           # the cgroup of the sandbox this thread started
 
 # Make a cgroup, cap its tasks, move this shell into it and become the command: every
 # process and thread the sandbox starts is then counted against pids.max.
@@ -1120,7 +1123,8 @@ def _grade_all(subs, key, secret, opts, jobs, logdir, bar) -> list[Grade]:
         (work / "pkg").mkdir()
         opts["pkg_root"], opts["pkg_hash"] = package_copy(work / "pkg")
         with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            todo = {pool.submit(grade_one, s, key, secret, opts, work, logdir): s for s in subs}
+            todo = {pool.submit(_grade_noted, s, key, secret, opts, work, logdir): s
+                    for s in subs}
             grades = []
             for fut in futures.as_completed(todo):
                 sub = todo[fut]
@@ -1137,6 +1141,42 @@ def _grade_all(subs, key, secret, opts, jobs, logdir, bar) -> list[Grade]:
         for f in (work / "pkg").rglob("*"):        # let the folder be removed
             f.chmod(0o755 if f.is_dir() else 0o644)
     return sorted(grades, key=lambda g: g.student)
+
+
+_LIMIT_SIGNS = ("Resource temporarily unavailable", "can't start new thread",
+                "pthread_create failed")
+
+
+def _grade_noted(sub, key, secret, opts, work, logdir) -> Grade:
+    """grade_one, then a note in the feedback when the run hit the cap on processes and
+    threads, so that a cap set too low is not taken for the student's mistake: the
+    cgroup's count of refused forks (as root), or else a refused thread or process in
+    the log or the cells' errors (XLA stops the kernel: "pthread_create failed")."""
+    _sandbox.cgroup = None
+    g = grade_one(sub, key, secret, opts, work, logdir)
+    if opts.get("processes", 0) <= 0:
+        return g
+    hit = False
+    if _sandbox.cgroup is not None:
+        try:
+            events = (Path(_sandbox.cgroup) / "pids.events").read_text().split()
+            hit = "max" in events and int(events[events.index("max") + 1]) > 0
+        except (OSError, ValueError, IndexError):
+            pass
+    if not hit:
+        log = logdir / f"{sub.student}.log"
+        text = "\n".join(g.notes)
+        if log.is_file():
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - 2**20))
+                text += f.read().decode("utf-8", "replace")
+        hit = any(sign in text for sign in _LIMIT_SIGNS)
+    if hit:
+        cap = opts["processes"]
+        g.notes.append(f"the run reached the limit of {cap} processes and threads "
+                       f"(--processes): a process or thread it started was refused. "
+                       f"A chapter's notebook stays far below it.")
+    return g
 
 
 def _fmt_points(p: float) -> str:

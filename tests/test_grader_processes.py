@@ -128,6 +128,9 @@ def test_the_bombs_are_stopped_at_the_cap(bombed):
     m = re.search(r"started (\d+) threads then (\w+)", threads)
     assert m, threads
     assert int(m.group(1)) < CAP and m.group(2) == "RuntimeError", m.group(0)
+    said = f"reached the limit of {CAP} processes and threads"
+    assert said in forks and said in threads
+    assert said not in (bombed["out"] / "feedback" / "honest.md").read_text()
 
 
 def test_the_run_ends_within_its_time_limit_and_leaves_nothing(bombed):
