@@ -9,6 +9,7 @@
     python3 tasks.py stale    # which notebooks' stored outputs a change made stale (--write)
     python3 tasks.py bench    # time every notebook against a kernel-plus-set-up floor, and the suite
     python3 tasks.py student  # the student edition (no solutions) and its site, in _build/student
+                              # (--pdf: and its own PDF, printed from the student sources)
 
 Each command creates (or reuses) the virtual environment .venv with Python 3.12 and the
 locked, hash-checked versions in requirements.lock, plus this repository's package

@@ -27,6 +27,7 @@ Modules (chapter that derives them)::
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
   exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
   grade           re-run and grade students' notebooks: python -m scalebook.grade
+  gradebook       the grader's late policy and its Canvas and Gradescope exports
   assign          make an assignment (per-student variants, key): python -m scalebook.assign
   errors          error types with readers' messages
 

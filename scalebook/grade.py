@@ -2,6 +2,9 @@
 
     python -m scalebook.grade SUBMISSIONS... --key KEY [--secret-file FILE] [--out DIR]
         [--points 1.1=2,1.9=3] [--jobs N] [--time-limit S] [--cell-timeout S] [--memory 4GiB]
+        [--processes N] [--only ID,...] [--partial-credit]
+        [--submitted FILE.csv|mtime --deadline ISO-8601 [--late-policy 10%/day,cap=50%]]
+        [--export canvas,gradescope [--roster-info FILE.csv] [--assignment-name NAME]]
 
 SUBMISSIONS are notebooks, folders of them, or zip files of them. A notebook directly in a
 folder belongs to the student named by its file name (``alice.ipynb``); a notebook in a
@@ -41,11 +44,25 @@ How a grade is made, and why a student's code cannot make it:
    exported update too: lr must be an input of the one program.)
 
 Writes, in ``--out`` (default ``grading/``): ``grades.csv`` (student, exercise, status,
-points), ``feedback/STUDENT.md`` (each exercise's status, message and hint, and what went
-wrong in the run), ``logs/STUDENT.log`` (the worker's and kernel's messages, kept off the
-terminal) and ``summary.md`` (per exercise: how many right, the most common wrong hint),
-which is also printed. Statuses: correct, wrong, not attempted, missing (no answer variable
-after the run), unreadable, no submission (a student on the key's roster with no notebook).
+points), ``gradebook.csv`` (a row per student: total, maximum, points per exercise),
+``feedback/STUDENT.md`` and ``.html`` (each exercise's status, message and hint, and
+what went wrong in the run), ``logs/STUDENT.log`` (the worker's and kernel's messages,
+kept off the terminal), ``copies.md`` and ``summary.md`` (per exercise: how many right,
+the most common wrong hint), which is also printed. Statuses: correct, wrong, not
+attempted, missing (no answer variable after the run), unreadable, no submission (a
+student on the key's roster with no notebook).
+
+Late work (:mod:`scalebook.gradebook`): ``--submitted`` gives each student's submission
+time (a CSV of ``student,submitted``, ISO-8601 with a zone, as an LMS exports it; or
+``mtime``, the notebook files' times), ``--deadline`` the deadline (with a zone) and
+``--late-policy`` what lateness costs: ``none`` (recorded only), ``zero``, or ``P%/day``
+with an optional ``cap=C%``, a partial day counting as a whole one. gradebook.csv then
+has the columns submitted, late_days, penalty and total_after_penalty, and the feedback
+says how the penalty was applied; a notebook without a time is flagged and not
+penalised. Bad times or policies are refused before any notebook runs.
+``--export canvas,gradescope`` also writes ``canvas.csv`` and ``gradescope.csv`` in the
+columns those platforms' CSV imports use, with names, ids, emails and sections from
+``--roster-info``.
 
 Each notebook's worker and kernel run in a bubblewrap sandbox (``bwrap``, Debian's
 ``bubblewrap``; the grader refuses to run without it and says how to install it): every
@@ -57,6 +74,11 @@ class folder, the grading output, other submissions, the checkout with its solut
 the secret are not mounted. The answers file is read without following links, at most 8
 MiB, and only as answers; the checker's sandbox is built the same way around a folder
 holding only those answers and the grader's inputs.
+
+A sandbox runs at most ``--processes`` processes and threads at once (a fork bomb stops
+there): RLIMIT_NPROC, set in the kernel, where the grader runs as a user other than
+root; as root, whom RLIMIT_NPROC never binds, a pids cgroup per sandbox
+(:func:`process_limit`).
 """
 
 from __future__ import annotations
@@ -86,7 +108,7 @@ from pathlib import Path
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
            "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy", "match_roster",
-           "copy_report",
+           "copy_report", "process_limit", "DEFAULT_PROCESSES",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
@@ -242,6 +264,10 @@ def find_submissions(paths, workdir: Path) -> list[Submission]:
                     if not target.is_relative_to(dest.resolve()):
                         raise ValueError(f"{p}: unsafe path in zip: {member}")
                 z.extractall(dest)
+                for info in z.infolist():       # the zip's times, not the unpacking's
+                    if not info.is_dir():       # (local time: a zip stores no zone)
+                        t = time.mktime(info.date_time + (0, 0, -1))
+                        os.utime(dest / info.filename, (t, t))
             entries = [e for e in dest.iterdir() if e.name != "__MACOSX"]
             root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not any(
                 entries[0].glob("*.ipynb")) else dest
@@ -492,28 +518,38 @@ def collector_source(key: Key, records: Path, call_limit: float,
 # The worker: one notebook, one kernel at a time (a subprocess of the grader)
 # ------------------------------------------------------------------------------------------
 
-def _kernel_spec_dir(tmp: Path, memory: int, cpu: int) -> Path:
+def _kernel_spec_dir(tmp: Path, memory: int, cpu: int, processes: int = 0) -> Path:
     d = tmp / "kernels" / "scalebook-grader"
     d.mkdir(parents=True)
     argv = [sys.executable, "-m", "scalebook.grade", "--kernel", str(memory), str(cpu),
-            "-f", "{connection_file}"]
+            f"--processes={int(processes)}", "-f", "{connection_file}"]
     (d / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "grader",
                                                "language": "python"}))
     return tmp / "kernels"
 
 
 def _run_kernel(argv: list[str]) -> None:
-    """The kernel process: set the limits, then become an ipykernel."""
+    """The kernel process: set the limits, then become an ipykernel. RLIMIT_NPROC caps
+    the tasks (processes and threads) of the sandbox's user, counted in the sandbox's
+    own user namespace; it binds every user but root (see :func:`process_limit`)."""
     import resource
 
     memory, cpu = int(argv[0]), int(argv[1])
+    rest = argv[2:]
+    processes = 0
+    if rest and rest[0].startswith("--processes="):
+        processes, rest = int(rest[0].split("=", 1)[1]), rest[1:]
     if memory > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     if cpu > 0:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    if processes > 0:                   # never above the hard limit it was given
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        n = processes if hard == resource.RLIM_INFINITY else min(processes, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     from ipykernel.kernelapp import launch_new_instance
 
-    launch_new_instance(argv=argv[2:])
+    launch_new_instance(argv=rest)
 
 
 _TIMEOUT_ENAME = "GraderCellTimeout"
@@ -614,7 +650,8 @@ def _worker(spec_path: str) -> int:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nb.cells.append(nbformat.v4.new_code_cell(Path(spec["collector"]).read_text()))
-    kernels = _kernel_spec_dir(Path(spec["tmp"]), spec["memory"], spec["cpu"])
+    kernels = _kernel_spec_dir(Path(spec["tmp"]), spec["memory"], spec["cpu"],
+                               spec.get("processes", 0))
     skip, history = set(), []
     for attempt in range(4):
         with open(spec["log"], "a") as log:
@@ -972,13 +1009,17 @@ _SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": 
                 "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def sandbox_argv(box: Path, pkg_root: Path, argv: list[str]) -> list[str]:
-    """``bwrap`` around ``argv``: every namespace unshared (no network, its own PIDs: the
-    whole process tree dies with the worker), dies with the grader, a new session (no
-    terminal), an empty environment but for a few settings, the system and Python read-only,
-    the package copy read-only, a private /tmp, and one writable folder, ``box`` (this
-    notebook's copy, its scratch and its answers). Nothing else of the host is mounted: no
-    checkout, no other submission, no references, no secret."""
+def sandbox_argv(box: Path, pkg_root: Path, argv: list[str], opts: dict | None = None
+                 ) -> list[str]:
+    """``bwrap`` around ``argv``: every namespace unshared (no network, its own PIDs:
+    the whole process tree dies with the worker), dies with the grader, a new session
+    (no terminal), no capabilities, an empty environment but for a few settings, the
+    system and Python read-only, the package copy read-only, a private /tmp, and one
+    writable folder, ``box`` (this notebook's copy, its scratch and its answers).
+    Nothing else of the host is mounted: no checkout, no other submission, no
+    references, no secret. With a pids cgroup in ``opts`` (``opts["cgroup"]``, made by
+    :func:`process_limit` where the grader runs as root), ``bwrap`` starts inside a
+    cgroup of its own capped at ``opts["processes"]`` tasks."""
     ro = []
     for d in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc"):
         if os.path.exists(d):
@@ -994,10 +1035,111 @@ def sandbox_argv(box: Path, pkg_root: Path, argv: list[str]) -> list[str]:
             env += ["--setenv", k, v]
     # /tmp first: a bind made before it under /tmp (a venv, the package copy, the box)
     # would be hidden by it
-    return ([bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
-             "--clearenv", *env, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *ro,
+    boxed = [bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
+             "--cap-drop", "ALL", "--clearenv", *env, "--proc", "/proc",
+             "--dev", "/dev", "--tmpfs", "/tmp", *ro,
              "--ro-bind", str(pkg_root), str(pkg_root),
-             "--bind", str(box), str(box), "--chdir", str(box / "cwd"), "--"] + argv)
+             "--bind", str(box), str(box), "--chdir", str(box / "cwd"), "--"] + argv
+    opts = opts or {}
+    if opts.get("cgroup") and opts.get("processes", 0) > 0:
+        worker = box.name == "box"          # the notebook's own sandbox; else the checker's
+        cg = Path(opts["cgroup"]) / (box.parent.name if worker else
+                                     f"{box.parent.name}-{box.name}")
+        cap = str(opts["processes"])
+        if worker:
+            _sandbox.cgroup = cg
+        return ["/bin/sh", "-c", _JOIN_CGROUP, "sh", str(cg), cap] + boxed
+    return boxed
+
+
+_sandbox = threading.local()           # the cgroup of the sandbox this thread started
+
+# Make a cgroup, cap its tasks, move this shell into it and become the command: every
+# process and thread the sandbox starts is then counted against pids.max.
+_JOIN_CGROUP = ('mkdir "$1" && echo "$2" > "$1/pids.max" '
+                '&& echo $$ > "$1/cgroup.procs" && shift 2 && exec "$@"')
+# Processes and threads one notebook's sandbox may run at once: bubblewrap's two, the
+# worker's and the kernel's, which JAX/XLA and OpenBLAS make many of (thread pools sized
+# by the machine's cores). Measured over every chapter: at most 65 on 2 cores, 4 more
+# per core (book/instructor.md); the default leaves twice that.
+DEFAULT_PROCESSES = 128 + 8 * len(os.sched_getaffinity(0))
+
+
+def _cgroup_roots() -> list[Path]:
+    """Where a pids cgroup can be made: the cgroup-v1 pids hierarchy, or the cgroup-v2
+    tree when it offers the pids controller."""
+    roots = []
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        roots.append(v1)
+    for v2 in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        try:
+            if "pids" in (v2 / "cgroup.controllers").read_text().split():
+                roots.append(v2)
+        except OSError:
+            pass
+    return roots
+
+
+def _make_pids_cgroup() -> Path | None:
+    """A fresh cgroup under which each sandbox gets a child capped by pids.max, or None
+    where none can be made (not root, no pids controller, a read-only /sys)."""
+    for root in _cgroup_roots():
+        parent = root / f"scalebook-grade-{os.getpid()}-{int(time.time() * 1000)}"
+        try:
+            parent.mkdir()
+        except OSError:
+            continue
+        try:
+            if (root / "cgroup.subtree_control").exists():      # v2: hand pids down
+                for d in (root, parent):
+                    if "pids" not in (d / "cgroup.subtree_control").read_text().split():
+                        (d / "cgroup.subtree_control").write_text("+pids")
+            probe = parent / "probe"
+            probe.mkdir()
+            ok = (probe / "pids.max").exists()
+            probe.rmdir()
+            if ok:
+                return parent
+        except OSError:
+            pass
+        _remove_cgroup(parent)
+    return None
+
+
+def _remove_cgroup(parent: Path) -> None:
+    """Kill what is left in the sandboxes' cgroups (nothing, normally) and remove
+    them."""
+    children = [d for d in parent.iterdir() if d.is_dir()] if parent.is_dir() else []
+    for d in children + [parent]:
+        for _ in range(50):
+            try:
+                for pid in (d / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                d.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def process_limit(processes: int) -> tuple[str, Path | None]:
+    """How the cap of ``processes`` tasks per notebook is enforced here: ("rlimit",
+    None) for a user other than root (RLIMIT_NPROC, set in the kernel, counts the
+    sandbox's tasks in its own user namespace); ("cgroup", parent) for root, whom
+    RLIMIT_NPROC never binds (the kernel exempts user id 0, and bubblewrap maps root to
+    root), when a pids cgroup can be made; ("none", None) when neither works or
+    ``processes`` is 0."""
+    if processes <= 0:
+        return "none", None
+    if os.geteuid() != 0:
+        return "rlimit", None
+    parent = _make_pids_cgroup()
+    return ("cgroup", parent) if parent is not None else ("none", None)
 
 
 def _kill_group(pid: int) -> None:
@@ -1076,10 +1218,11 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
             "log": str(box / "worker.log"),
             "time_limit": opts["time_limit"], "cell_timeout": opts["cell_timeout"],
             "reserve": opts["reserve"], "memory": opts["memory"], "cpu": opts["time_limit"],
-            "started": t0}
+            "started": t0, "processes": opts.get("processes", 0)}
     (box / "spec.json").write_text(json.dumps(spec))
     argv = sandbox_argv(box, opts["pkg_root"], [sys.executable, "-m", "scalebook.grade",
-                                                "--worker", str(box / "spec.json")])
+                                                "--worker", str(box / "spec.json")],
+                        opts)
     with open(logdir / f"{sub.student}.log", "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=tmp, env=dict(_SANDBOX_ENV),
@@ -1146,7 +1289,7 @@ def _run_checker(sub: Submission, key: Key, recs: dict, cases: dict, secret, opt
     spec = {"items": items, "verdicts": str(box / "verdicts.json"), "memory": opts["memory"]}
     (box / "check.json").write_text(json.dumps(spec))
     argv = sandbox_argv(box, opts["pkg_root"], [sys.executable, "-m", "scalebook.grade",
-                                                "--check", str(box / "check.json")])
+                                                "--check", str(box / "check.json")], opts)
     limit = 60 + 20 * len(items)
     with open(logdir / f"{sub.student}.log", "a") as log:
         log.write("\n--- the checker ---\n")
@@ -1196,8 +1339,11 @@ class _Progress:
 def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = None, *,
                       jobs: int | None = None, time_limit: int = 300, cell_timeout: int = 60,
                       memory: int = 4 * 2**30, call_limit: float = 10.0, logdir: Path,
-                      progress=None, partial: bool = False) -> list[Grade]:
-    """Grade every submission, ``jobs`` at a time (default: the cores this process may use)."""
+                      progress=None, partial: bool = False,
+                      processes: int = DEFAULT_PROCESSES) -> list[Grade]:
+    """Grade every submission, ``jobs`` at a time (default: the cores this process may
+    use); each notebook's sandbox runs at most ``processes`` processes and threads (0:
+    no cap)."""
     if key.varied and secret is None:
         raise ValueError("this key has exercises with variants: give the instructor's secret "
                          "(--secret-file or SCALEBOOK_SECRET)")
@@ -1208,7 +1354,7 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
     logdir.mkdir(parents=True, exist_ok=True)
     opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
             "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit,
-            "partial": partial}
+            "partial": partial, "processes": processes}
     hows = {_how(i.id) for i in key.items}      # load the chapters' checks before forking
     if "program" in hows:
         try:
@@ -1221,12 +1367,27 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
 
         setup(quiet=True)
     bar = progress if progress is not None else _Progress(len(subs))
+    how, opts["cgroup"] = process_limit(processes) if subs else ("none", None)
+    if how == "none" and processes > 0 and subs:
+        print("warning: the process limit (--processes) is not enforced: the grader "
+              "runs as root, which RLIMIT_NPROC does not bind, and no pids cgroup "
+              "could be made; run it as another user (book/instructor.md)",
+              file=sys.stderr)
+    try:
+        return _grade_all(subs, key, secret, opts, jobs, logdir, bar)
+    finally:
+        if opts["cgroup"] is not None:
+            _remove_cgroup(opts["cgroup"])
+
+
+def _grade_all(subs, key, secret, opts, jobs, logdir, bar) -> list[Grade]:
     with tempfile.TemporaryDirectory(prefix="scalebook-grade-") as work:
         work = Path(work)
         (work / "pkg").mkdir()
         opts["pkg_root"], opts["pkg_hash"] = package_copy(work / "pkg")
         with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            todo = {pool.submit(grade_one, s, key, secret, opts, work, logdir): s for s in subs}
+            todo = {pool.submit(_grade_noted, s, key, secret, opts, work, logdir): s
+                    for s in subs}
             grades = []
             for fut in futures.as_completed(todo):
                 sub = todo[fut]
@@ -1243,6 +1404,42 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
         for f in (work / "pkg").rglob("*"):        # let the folder be removed
             f.chmod(0o755 if f.is_dir() else 0o644)
     return sorted(grades, key=lambda g: g.student)
+
+
+_LIMIT_SIGNS = ("Resource temporarily unavailable", "can't start new thread",
+                "pthread_create failed")
+
+
+def _grade_noted(sub, key, secret, opts, work, logdir) -> Grade:
+    """grade_one, then a note in the feedback when the run hit the cap on processes and
+    threads, so that a cap set too low is not taken for the student's mistake: the
+    cgroup's count of refused forks (as root), or else a refused thread or process in
+    the log or the cells' errors (XLA stops the kernel: "pthread_create failed")."""
+    _sandbox.cgroup = None
+    g = grade_one(sub, key, secret, opts, work, logdir)
+    if opts.get("processes", 0) <= 0:
+        return g
+    hit = False
+    if _sandbox.cgroup is not None:
+        try:
+            events = (Path(_sandbox.cgroup) / "pids.events").read_text().split()
+            hit = "max" in events and int(events[events.index("max") + 1]) > 0
+        except (OSError, ValueError, IndexError):
+            pass
+    if not hit:
+        log = logdir / f"{sub.student}.log"
+        text = "\n".join(g.notes)
+        if log.is_file():
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - 2**20))
+                text += f.read().decode("utf-8", "replace")
+        hit = any(sign in text for sign in _LIMIT_SIGNS)
+    if hit:
+        cap = opts["processes"]
+        g.notes.append(f"the run reached the limit of {cap} processes and threads "
+                       f"(--processes): a process or thread it started was refused. "
+                       f"A chapter's notebook stays far below it.")
+    return g
 
 
 def _fmt_points(p: float) -> str:
@@ -1264,11 +1461,24 @@ def summary_table(grades: list[Grade], key: Key) -> str:
     return "\n".join(lines)
 
 
-def _feedback(g: Grade, key: Key) -> str:
+def _late_line(g: Grade, key: Key, late) -> str:
+    """What the feedback says about lateness: when, how late, what it cost."""
+    if late is None:
+        return ""
+    possible = _fmt_points(sum(i.points for i in key.items))
+    if late.penalty:
+        return (f"{late.note} {_fmt_points(g.total)} of {possible} points become "
+                f"{_fmt_points(late.after(g.total))}.")
+    return late.note
+
+
+def _feedback(g: Grade, key: Key, late=None) -> str:
     possible = sum(i.points for i in key.items)
     lines = [f"# Feedback for {g.student}", "",
              f"{key.title + ': ' if key.title else ''}{_fmt_points(g.total)} of "
              f"{_fmt_points(possible)} points.", ""]
+    if late is not None:
+        lines += [_late_line(g, key, late), ""]
     if g.path is not None:
         lines += [f"Graded by re-running `{g.path.name}` from the top in a fresh kernel.", ""]
     lines += ["| exercise | status | points | your answer | expected | message |",
@@ -1291,7 +1501,7 @@ def _feedback(g: Grade, key: Key) -> str:
 _MESSAGE_CHARS, _NOTES_KEPT = 500, 20
 
 
-def _feedback_html(g: Grade, key: Key) -> str:
+def _feedback_html(g: Grade, key: Key, late=None) -> str:
     """The same feedback as a page a student can open: every text escaped."""
     from html import escape
 
@@ -1309,7 +1519,9 @@ def _feedback_html(g: Grade, key: Key) -> str:
             f"td,th{{border:1px solid #ccc;padding:.3em .5em;vertical-align:top}}"
             f"table{{border-collapse:collapse}}</style></head><body>\n<h1>{title}</h1>\n"
             f"<p>{escape(key.title + ': ' if key.title else '')}{_fmt_points(g.total)} of "
-            f"{_fmt_points(possible)} points.</p>\n<table><tr><th>exercise</th><th>status</th>"
+            f"{_fmt_points(possible)} points.</p>\n"
+            + (f"<p>{escape(_late_line(g, key, late))}</p>\n" if late else "")
+            + "<table><tr><th>exercise</th><th>status</th>"
             f"<th>points</th><th>your answer</th><th>expected</th><th>message</th></tr>\n"
             + "\n".join(rows) + "</table>\n"
             + (f"<h2>What happened in the run</h2><ul>{notes}</ul>\n" if notes else "")
@@ -1381,13 +1593,21 @@ def _read_rows(path: Path) -> list[list[str]]:
         return list(csv.reader(f))[1:]
 
 
-def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = False) -> str:
+def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = False,
+                  *, late=None, exports=(), people=None, column: str | None = None
+                  ) -> str:
     """``grades.csv`` (a row per student and exercise), ``gradebook.csv`` (a row per
     student: total, maximum, points per exercise), ``feedback/*.md`` and ``summary.md``
-    under ``out`` (links planted there are replaced, never followed); returns the summary
-    table. ``keep_others``: keep the rows an earlier run wrote for students not graded in
-    this one (``--only``)."""
+    under ``out`` (links planted there are replaced, never followed); returns the
+    summary table. ``keep_others``: keep the rows an earlier run wrote for students not
+    graded in this one (``--only``). ``late`` (a :class:`scalebook.gradebook.Deadline`):
+    gradebook.csv gets the columns submitted, late_days, penalty, total_after_penalty
+    and the feedback says how the penalty was applied. ``exports``: "canvas" and/or
+    "gradescope" write ``canvas.csv`` / ``gradescope.csv`` (names and ids from
+    ``people``, the assignment's column named ``column``, default the key's title)."""
     import io
+
+    from . import gradebook as gb
 
     out.mkdir(parents=True, exist_ok=True)
     graded = {g.student for g in grades}
@@ -1402,30 +1622,69 @@ def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = 
     w.writerow(["student", "exercise", "status", "points"])
     w.writerows(rows)
     _write_no_follow(out / "grades.csv", buf.getvalue())
-    book = io.StringIO()
-    w = csv.writer(book, lineterminator="\n")
     ids = [i.id for i in key.items]
-    w.writerow(["student", "total", "max"] + ids)
-    maximum = _fmt_points(sum(i.points for i in key.items))
+    possible = sum(i.points for i in key.items)
     per: dict[str, dict[str, str]] = {}
-    for student, ex, _, points in rows:
+    handed: dict[str, bool] = {}
+    for student, ex, status, points in rows:
         per.setdefault(student, {})[ex] = points
+        handed[student] = handed.get(student, False) or status != NO_SUBMISSION
+    if late is not None and keep_others:    # times of students graded before (--only)
+        for r in _read_dicts(out / "gradebook.csv"):
+            if r.get("student") not in graded and r.get("submitted") \
+                    and r["student"] not in late.times:
+                try:
+                    late.times[r["student"]] = gb.parse_time(r["submitted"])
+                except ValueError:
+                    pass
+    book_rows = []
     for student, pts in per.items():
         total = sum(float(pts.get(i, 0) or 0) for i in ids)
-        w.writerow([student, _fmt_points(total), maximum] + [pts.get(i, "") for i in ids])
+        lt = late.of(student, handed[student]) if late is not None else None
+        book_rows.append({"student": student, "total": total, "points": pts, "late": lt,
+                          "score": lt.after(total) if lt else total})
+    book = io.StringIO()
+    w = csv.writer(book, lineterminator="\n")
+    extra = ["submitted", "late_days", "penalty", "total_after_penalty"] if late else []
+    w.writerow(["student", "total", "max"] + ids + extra)
+    for r in book_rows:
+        cells = [r["student"], _fmt_points(r["total"]), _fmt_points(possible)] + \
+            [r["points"].get(i, "") for i in ids]
+        if late is not None:
+            lt = r["late"]
+            when = lt.submitted if lt is not None else None
+            cells += ["" if when is None else when.isoformat(),
+                      "" if lt is None or lt.days is None else str(lt.days),
+                      f"{round(100 * lt.penalty, 4):g}%" if lt else "0%",
+                      _fmt_points(r["score"])]
+        w.writerow(cells)
     _write_no_follow(out / "gradebook.csv", book.getvalue())
+    column = column or key.title or "scalebook assignment"
+    writers = {"canvas": gb.canvas_csv, "gradescope": gb.gradescope_csv}
+    for name in exports:
+        _write_no_follow(out / f"{name}.csv",
+                         writers[name](book_rows, column, possible, people or {}))
     fb = out / "feedback"
     if fb.is_symlink():
         fb.unlink()
     fb.mkdir(exist_ok=True)
+    lates = {r["student"]: r["late"] for r in book_rows}
     for g in grades:
-        _write_no_follow(fb / f"{g.student}.md", _feedback(g, key))
-        _write_no_follow(fb / f"{g.student}.html", _feedback_html(g, key))
+        lt = lates.get(g.student)
+        _write_no_follow(fb / f"{g.student}.md", _feedback(g, key, lt))
+        _write_no_follow(fb / f"{g.student}.html", _feedback_html(g, key, lt))
     hashes = sorted({g.package_hash for g in grades if g.package_hash})
     table = summary_table(grades, key) + "".join(
         f"\n\ngraded with the scalebook package of sha256 {h}" for h in hashes)
     _write_no_follow(out / "summary.md", table + "\n")
     return table
+
+
+def _read_dicts(path: Path) -> list[dict]:
+    if not path.is_file() or path.is_symlink():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 def parse_size(text: str) -> int:
@@ -1441,6 +1700,59 @@ def read_secret(path: str | None) -> bytes | None:
         return Path(path).read_bytes().strip()
     env = os.environ.get("SCALEBOOK_SECRET")
     return env.encode() if env else None
+
+
+def _gradebook_options(args):
+    """The late-policy and export options, checked before any notebook runs: (the
+    :class:`scalebook.gradebook.Deadline` or None, the exports, the roster details)."""
+    from . import gradebook as gb
+
+    exports = gb.parse_exports(args.export)
+    people = gb.read_roster_info(args.roster_info) if args.roster_info else {}
+    if args.roster_info and not exports:
+        raise ValueError("--roster-info is used by the exports: add --export canvas "
+                         "and/or --export gradescope")
+    policy = gb.parse_late_policy(args.late_policy)
+    if args.deadline is None:
+        if args.submitted or args.late_policy.strip().lower() != "none":
+            raise ValueError("--submitted and --late-policy need --deadline "
+                             "(ISO-8601 with a zone, e.g. 2025-03-01T17:00:00+01:00)")
+        return None, exports, people
+    deadline = gb.parse_time(args.deadline, "--deadline")
+    if not args.submitted:
+        raise ValueError("--deadline needs --submitted: a CSV of student,submitted "
+                         "times (an LMS export) or 'mtime' for the notebook files' "
+                         "times")
+    mtime = args.submitted.strip().lower() == "mtime"
+    times = {} if mtime else gb.read_submitted(args.submitted)
+    return gb.Deadline(deadline, policy, times), exports, people
+
+
+def _file_times(subs: list[Submission]) -> dict:
+    """``--submitted mtime``: each notebook file's modification time."""
+    from .gradebook import utc
+
+    return {s.student: utc(s.path.stat().st_mtime) for s in subs if s.path is not None}
+
+
+def _gradebook_warnings(grades: list[Grade], late, people) -> list[str]:
+    out = []
+    handed = [g.student for g in grades if g.path is not None]
+    if late is not None:
+        missing = [s for s in handed if s not in late.times]
+        if missing:
+            out.append(f"no submission time for {', '.join(missing)}: no late penalty "
+                       f"applied (flagged in gradebook.csv and their feedback)")
+        extra = sorted(set(late.times) - {g.student for g in grades})
+        if extra:
+            out.append(f"submission times for students not graded here: "
+                       f"{', '.join(extra)}")
+    if people:
+        unknown = [g.student for g in grades if g.student not in people]
+        if unknown:
+            out.append(f"no roster details for {', '.join(unknown)}: their rows in the "
+                       f"exports must be matched by hand")
+    return out
 
 
 def main(argv=None) -> int:
@@ -1469,11 +1781,32 @@ def main(argv=None) -> int:
                                        "the other rows of --out are kept")
     parser.add_argument("--partial-credit", action="store_true",
                         help="a code answer right on some test inputs earns that share")
+    parser.add_argument("--processes", type=int, default=DEFAULT_PROCESSES,
+                        help="processes and threads each notebook may run at once "
+                             f"({DEFAULT_PROCESSES}; 0: no limit)")
+    parser.add_argument("--submitted", metavar="FILE.csv|mtime",
+                        help="submission times: a CSV with student,submitted columns "
+                             "(ISO-8601 with a zone), or 'mtime' for the files' times")
+    parser.add_argument("--deadline",
+                        help="ISO-8601 with a zone: 2025-03-01T17:00+01:00")
+    parser.add_argument("--late-policy", default="none",
+                        help="none (default), zero, or P%%/day with an optional cap: "
+                             "10%%/day,cap=50%%; a partial day counts as a whole one")
+    parser.add_argument("--export", action="append", metavar="canvas,gradescope",
+                        help="also write canvas.csv and/or gradescope.csv (repeatable)")
+    parser.add_argument("--roster-info", metavar="FILE.csv",
+                        help="student id -> name, sis id, sis login id, canvas id, "
+                             "email, section, for the exports")
+    parser.add_argument("--assignment-name",
+                        help="the assignment's column in the exports, e.g. "
+                             "'Week 2 (4567)' as a Canvas export names it (default: "
+                             "the key's title)")
     args = parser.parse_args(argv)
     try:
         key = load_key(args.key)
         apply_points(key, args.points)
         out = Path(args.out)
+        late, exports, people = _gradebook_options(args)
         with tempfile.TemporaryDirectory(prefix="scalebook-subs-") as unzip:
             subs, warnings = match_roster(find_submissions(args.paths, Path(unzip)),
                                           key.students)
@@ -1494,14 +1827,20 @@ def main(argv=None) -> int:
                 print("no notebooks found", file=sys.stderr)
                 return 2
             t0 = time.time()
+            if late is not None and args.submitted.strip().lower() == "mtime":
+                late.times.update(_file_times(subs))
             grades = grade_submissions(subs, key, read_secret(args.secret_file), jobs=args.jobs,
                                        time_limit=args.time_limit, cell_timeout=args.cell_timeout,
                                        memory=args.memory, logdir=out / "logs",
-                                       partial=args.partial_credit)
+                                       partial=args.partial_credit,
+                                       processes=args.processes)
     except (FileNotFoundError, ValueError, SandboxMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    table = write_outputs(grades, key, out, keep_others=only is not None)
+    for w in _gradebook_warnings(grades, late, people):
+        print(f"warning: {w}", file=sys.stderr)
+    table = write_outputs(grades, key, out, keep_others=only is not None, late=late,
+                          exports=exports, people=people, column=args.assignment_name)
     _write_no_follow(out / "copies.md", copy_report(grades, key, read_secret(args.secret_file)))
     print(f"\n{len(grades)} notebooks graded in {time.time() - t0:.0f} s; results in {out}/ "
           f"(grades.csv, feedback/, summary.md)\n")

@@ -82,6 +82,92 @@ def test_the_sources_of_the_real_book_show_no_solution(tmp_path):
     assert "scalebook.pdf" in (ROOT / "book" / "intro.md").read_text()
 
 
+def _texts(folder):
+    return {f: f.read_text(errors="replace") for f in folder.rglob("*")
+            if f.is_file() and f.suffix in (".md", ".ipynb", ".yml", ".py", ".html")}
+
+
+def test_the_student_edition_never_holds_or_links_the_full_pdf(tmp_path):
+    """Without --pdf: no link to a PDF anywhere. The full book's PDF (it holds the
+    solutions) copied in, a PDF the tool did not print, and a link with no student PDF
+    are each found."""
+    dest = tmp_path / "student"
+    se.make_sources(ROOT, dest)
+    assert not [f for f, t in _texts(dest).items() if se.PDF_NAME in t]
+    checkout = tmp_path / "checkout"            # a checkout with its full PDF built
+    full = checkout / "_build" / "html" / se.PDF_NAME
+    full.parent.mkdir(parents=True)
+    full.write_bytes(b"%PDF-1.7 the whole book, solutions included")
+    assert se.leftovers(dest, checkout) == []
+    html = dest / "_build" / "html"
+    html.mkdir(parents=True)
+    (html / se.PDF_NAME).write_bytes(full.read_bytes())
+    (dest / "notes.pdf").write_bytes(b"%PDF-1.7 something else")
+    found = se.leftovers(dest, checkout)
+    assert any("_build/html/scalebook.pdf: the full book's PDF" in f for f in found)
+    assert any("notes.pdf: a PDF not printed from the student" in f for f in found)
+    (html / se.PDF_NAME).unlink()
+    (dest / "notes.pdf").unlink()
+    page = dest / "book" / "notation.md"
+    page.write_text(page.read_text() + "\n[the PDF](../scalebook.pdf)\n")
+    assert any("notation.md: links to scalebook.pdf" in f for f in se.leftovers(dest))
+
+
+def test_pdf_prints_the_student_sources_and_records_them(tmp_path, monkeypatch):
+    """--pdf: the introduction keeps its link, tools/pdf.py is run on the student
+    edition's folder (--root), and the PDF it prints is recorded as the student one;
+    the full book's PDF is never copied."""
+    dest = (tmp_path / "student").resolve()
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append([str(c) for c in cmd])
+        pdf = dest / "_build" / "pdf" / se.PDF_NAME
+        pdf.parent.mkdir(parents=True, exist_ok=True)
+        pdf.write_bytes(b"%PDF-1.7 printed from the student sources")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(se.subprocess, "run", fake_run)
+    assert se.main(["--out", str(dest), "--no-site", "--pdf"]) == 0
+    (cmd,) = calls
+    assert cmd[1].endswith("tools/pdf.py") and cmd[2:] == ["--root", str(dest)]
+    assert se.PDF_NAME in (dest / "book" / "intro.md").read_text()
+    assert (dest / se.PDF_RECORD).is_file() and se.leftovers(dest) == []
+    assert se.main(["--out", str(dest), "--no-site"]) == 0    # rebuilt without: no link
+    assert se.PDF_NAME not in (dest / "book" / "intro.md").read_text()
+
+
+def test_the_pdf_tool_writes_under_the_root_it_prints(tmp_path, monkeypatch):
+    """tools/pdf.py --root BOOK: the single page is built from BOOK and the PDF lands
+    under BOOK/_build (copied next to BOOK's site), never in this checkout's _build."""
+    spec = importlib.util.spec_from_file_location("pdf_tool", ROOT / "tools" / "pdf.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    book = tmp_path / "book"
+    (book / "_build" / "html").mkdir(parents=True)
+    seen = {}
+
+    def fake_build(out, root):
+        seen["root"], seen["out"] = root, out
+        return out / "_build" / "singlehtml"
+
+    def fake_print(site, pdf, browser):
+        pdf.parent.mkdir(parents=True, exist_ok=True)
+        pdf.write_bytes(b"%PDF-1.7")
+        return {"formulas": 1, "failed": 0, "broken_images": []}
+
+    monkeypatch.setattr(tool, "chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(tool, "build_single_page", fake_build)
+    monkeypatch.setattr(tool, "print_pdf", fake_print)
+    before = [(f, f.stat().st_mtime_ns) for f in se.full_pdfs(ROOT)]
+    assert tool.main(["--root", str(book)]) == 0
+    assert seen["root"] == book.resolve()
+    assert seen["out"] == book.resolve() / "_build" / "pdf"
+    assert (book / "_build" / "pdf" / se.PDF_NAME).is_file()
+    assert (book / "_build" / "html" / se.PDF_NAME).is_file()
+    assert [(f, f.stat().st_mtime_ns) for f in se.full_pdfs(ROOT)] == before
+
+
 def test_a_link_the_tool_does_not_know_is_found_afterwards(tmp_path):
     dest = tmp_path / "student"
     se.make_sources(ROOT, dest)

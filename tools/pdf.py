@@ -1,6 +1,6 @@
 """The whole book as one PDF, printed by headless Chromium from the single-page site.
 
-    python3 tasks.py pdf [--out _build/pdf/scalebook.pdf]
+    python3 tasks.py pdf [--out _build/pdf/scalebook.pdf] [--root BOOK]
 
 1. Sphinx's ``singlehtml`` builder writes the book (the same table of contents, the same
    extensions) as one page, ``_build/singlehtml/index.html``.
@@ -13,6 +13,11 @@
 
 The same check the browser test makes is made here: a formula that MathJax could not typeset
 or an image that did not load stops the command with the list.
+
+``--root BOOK`` prints another copy of the book's sources instead of this checkout:
+the student edition (``python3 tasks.py student --pdf`` passes its folder, so the
+student PDF is printed from sources that hold no solution; the defaults of ``--out``
+and ``--build-dir`` then lie under BOOK/_build).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ def chromium() -> str | None:
     return None
 
 
-def build_single_page(out: Path) -> Path:
+def build_single_page(out: Path, root: Path = ROOT) -> Path:
     jb = Path(sys.executable).with_name("jupyter-book")
-    r = subprocess.run([str(jb), "build", str(ROOT), "--builder", "singlehtml", "--path-output",
-                        str(out), "-W", "-n", "--keep-going"], cwd=ROOT)
+    r = subprocess.run([str(jb), "build", str(root), "--builder", "singlehtml",
+                        "--path-output", str(out), "-W", "-n", "--keep-going"],
+                       cwd=root)
     if r.returncode:
         raise SystemExit("error: the single-page build failed (see above)")
     return out / "_build" / "singlehtml"
@@ -104,19 +110,23 @@ def print_pdf(site: Path, pdf: Path, browser: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 tasks.py pdf",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "_build" / "pdf" / PDF_NAME))
-    parser.add_argument("--build-dir", default=str(ROOT / "_build" / "pdf"),
-                        help="where the single-page site is built (_build/pdf)")
+    parser.add_argument("--root", default=str(ROOT),
+                        help="the book's sources to print (this checkout)")
+    parser.add_argument("--out", help="the PDF (ROOT/_build/pdf/scalebook.pdf)")
+    parser.add_argument("--build-dir",
+                        help="where the single-page site is built (ROOT/_build/pdf)")
     parser.add_argument("--no-copy", action="store_true",
                         help="do not copy the PDF into _build/html")
     args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    build_dir = Path(args.build_dir or root / "_build" / "pdf")
     browser = chromium()
     if browser is None:
         print("error: the PDF is printed by Chromium, which is not installed "
               "(Debian: apt-get install chromium)", file=sys.stderr)
         return 2
-    site = build_single_page(Path(args.build_dir))
-    pdf = Path(args.out)
+    site = build_single_page(build_dir, root)
+    pdf = Path(args.out or root / "_build" / "pdf" / PDF_NAME)
     report = print_pdf(site, pdf, browser)
     problems = []
     if report["failed"]:
@@ -126,7 +136,7 @@ def main(argv=None) -> int:
     if problems:
         print("error: " + "; ".join(problems), file=sys.stderr)
         return 1
-    html = ROOT / "_build" / "html"
+    html = root / "_build" / "html"
     copy = html.is_dir() and not args.no_copy
     if copy:
         shutil.copy2(pdf, html / PDF_NAME)

@@ -1,13 +1,18 @@
 """The student edition: the same book without its solutions, built from the same sources.
 
     python3 tasks.py student [--out _build/student] [--repository URL] [--no-site]
+                             [--pdf]
 
 Writes to ``--out`` a copy of the book that a class can be given:
 
 * ``notebooks/``, ``book/``, ``scalebook/``, the configuration and the lock file, with
   the ``solutions/`` part gone: no solutions pages in the table of contents, no solution
   cells, no sentence that links to a solution, no instructor's guide;
-* ``_build/html``: its website, built like the full one (Sphinx warnings are errors).
+* ``_build/html``: its website, built like the full one (Sphinx warnings are errors);
+* with ``--pdf``, ``_build/html/scalebook.pdf``: the student edition as one PDF, printed
+  by tools/pdf.py from the student edition's own sources (``--root``), never from the
+  full book; the introduction then links it. Without ``--pdf`` the introduction's link
+  to the PDF is taken out: the full book's PDF holds the solutions.
 
 What is taken out, and how:
 
@@ -21,7 +26,10 @@ What is taken out, and how:
 
 Afterwards every file and page is searched again; a link to a solution, a solution cell or
 a solutions page that survived stops the build with the list of where (a new kind of link
-must be taught to this tool, not shipped).
+must be taught to this tool, not shipped). So does a PDF in the student edition that
+this tool did not print from the student sources (its SHA-256 is recorded in
+``_build/pdf/student-pdf.sha256``), the full book's PDF above all, and a link to
+``scalebook.pdf`` when there is no student PDF.
 
 ``--repository URL``: where the student edition will be published (a repository of its own,
 so that its Colab badges open the student notebooks, not the full ones). It replaces the
@@ -84,14 +92,18 @@ def rewrite_repository(text: str, repo_from: str | None, repo_to: str | None) ->
 
 
 _PDF_LINK = re.compile(r'[ \t]*<span class="pdf-link">.*?</span>[ \t]*\n?', re.S)
+PDF_NAME = "scalebook.pdf"
+PDF_RECORD = Path("_build") / "pdf" / "student-pdf.sha256"
 
 
-def strip_text(text: str) -> str:
+def strip_text(text: str, pdf_link: bool = False) -> str:
     """Markdown without its instructor-only blocks, its sentences that link to solutions,
-    and the link to the full edition's PDF (the student edition has none)."""
+    and the link to the PDF unless ``pdf_link`` (the student edition's own PDF is built,
+    ``--pdf``)."""
     text = _INSTRUCTOR_BLOCK.sub("", text)
     text = _SOLUTION_SENTENCE.sub("", text)
-    text = _PDF_LINK.sub("", text)
+    if not pdf_link:
+        text = _PDF_LINK.sub("", text)
     return re.sub(r"[ \t]+\n", "\n", text)
 
 
@@ -134,7 +146,8 @@ def is_solution_cell(cell) -> bool:
                                   and bool(_SOLUTION_HEADING.match(_source(cell).lstrip())))
 
 
-def strip_notebook(nb: dict, repo_from: str | None = None, repo_to: str | None = None) -> dict:
+def strip_notebook(nb: dict, repo_from: str | None = None, repo_to: str | None = None,
+                   pdf_link: bool = False) -> dict:
     """A copy of a notebook (JSON) with its solution cells dropped and its text stripped."""
     nb = copy.deepcopy(nb)
     cells = []
@@ -143,7 +156,7 @@ def strip_notebook(nb: dict, repo_from: str | None = None, repo_to: str | None =
             continue
         text = _source(cell)
         if cell["cell_type"] == "markdown":
-            text = strip_text(text)
+            text = strip_text(text, pdf_link)
         text = rewrite_repository(text, repo_from, repo_to)
         _set_source(cell, text)
         cells.append(cell)
@@ -151,11 +164,12 @@ def strip_notebook(nb: dict, repo_from: str | None = None, repo_to: str | None =
     return nb
 
 
-def strip_myst(text: str, repo_from: str | None = None, repo_to: str | None = None) -> str:
+def strip_myst(text: str, repo_from: str | None = None, repo_to: str | None = None,
+               pdf_link: bool = False) -> str:
     """The MyST half of a pair, stripped the same way (cells are split at ``+++`` and fences)."""
     parts = re.split(r"(?m)^(?=\+\+\+|```\{code-cell\})", text)
     keep = [p for p in parts if not _SOLUTION_HEADING.match(re.sub(r"^\+\+\+.*\n\s*", "", p))]
-    return rewrite_repository(strip_text("".join(keep)), repo_from, repo_to)
+    return rewrite_repository(strip_text("".join(keep), pdf_link), repo_from, repo_to)
 
 
 def student_toc(toc: dict) -> dict:
@@ -182,8 +196,11 @@ def _repository(config_text: str) -> str:
     return m.group(1).rstrip("/")
 
 
-def make_sources(root: Path, dest: Path, repository: str | None = None) -> list[Path]:
-    """Write the student edition's sources into DEST (emptied first); returns the files."""
+def make_sources(root: Path, dest: Path, repository: str | None = None,
+                 pdf_link: bool = False) -> list[Path]:
+    """Write the student edition's sources into DEST (emptied first); returns the files.
+    ``pdf_link``: keep the introduction's link to ``scalebook.pdf`` (``--pdf`` prints
+    the student edition's own)."""
     root, dest = Path(root), Path(dest)
     d, r = dest.resolve(), root.resolve()
     if r.is_relative_to(d) or (d.is_relative_to(r) and not d.is_relative_to(r / "_build")):
@@ -208,10 +225,11 @@ def make_sources(root: Path, dest: Path, repository: str | None = None) -> list[
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             if f.suffix == ".ipynb":
-                nb = strip_notebook(json.loads(f.read_text()), repo_from, repo_to)
+                nb = strip_notebook(json.loads(f.read_text()), repo_from, repo_to,
+                                    pdf_link)
                 out.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
             elif f.suffix == ".md" and rel.parts[0] in ("book", "notebooks"):
-                out.write_text(strip_myst(f.read_text(), repo_from, repo_to))
+                out.write_text(strip_myst(f.read_text(), repo_from, repo_to, pdf_link))
             elif rel.as_posix() == "_config.yml" and repo_to:
                 out.write_text(rewrite_repository(config, repo_from, repo_to))
             else:
@@ -227,10 +245,56 @@ def make_sources(root: Path, dest: Path, repository: str | None = None) -> list[
     return written
 
 
-def leftovers(dest: Path) -> list[str]:
-    """Every place in the student edition (sources and site) that still shows a solution."""
-    dest = Path(dest)
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def full_pdfs(root: Path = ROOT) -> list[Path]:
+    """Where the full book's PDF (with its solutions) is built in a checkout."""
+    return [p for p in (root / "_build" / "html" / PDF_NAME,
+                        root / "_build" / "pdf" / PDF_NAME) if p.is_file()]
+
+
+def record_pdf(dest: Path, pdf: Path) -> None:
+    """Record ``pdf`` as the one printed from the student edition's sources."""
+    (dest / PDF_RECORD).parent.mkdir(parents=True, exist_ok=True)
+    (dest / PDF_RECORD).write_text(_sha256(pdf) + "\n")
+
+
+def _pdf_leftovers(dest: Path, root: Path = ROOT) -> list[str]:
+    """A PDF in the student edition that was not printed from its sources (the full
+    book's above all), and a link to scalebook.pdf when the student edition has none."""
+    record = dest / PDF_RECORD
+    ok = set(record.read_text().split()) if record.is_file() else set()
+    full = {_sha256(p) for p in full_pdfs(root)}
     found = []
+    for f in sorted(dest.rglob("*.pdf")):
+        h = _sha256(f)
+        if h in full:
+            found.append(f"{f.relative_to(dest)}: the full book's PDF, with its "
+                         f"solutions")
+        elif h not in ok:
+            found.append(f"{f.relative_to(dest)}: a PDF not printed from the student "
+                         f"edition's sources")
+    if not ok:
+        for f in sorted(dest.rglob("*")):
+            if not f.is_file() or f.suffix not in (".md", ".ipynb", ".html") \
+                    or "_sources" in f.parts:
+                continue
+            if PDF_NAME in f.read_text(errors="replace"):
+                found.append(f"{f.relative_to(dest)}: links to {PDF_NAME}, and the "
+                             f"student edition has no PDF of its own (--pdf)")
+    return found
+
+
+def leftovers(dest: Path, root: Path = ROOT) -> list[str]:
+    """Every place in the student edition (sources and site) that still shows a
+    solution, or holds or links a PDF not printed from its own sources (``root``: the
+    checkout whose full PDF must not be there)."""
+    dest = Path(dest)
+    found = _pdf_leftovers(dest, root)
     if (dest / "solutions").exists():
         found.append("solutions/ folder")
     html = dest / "_build" / "html"
@@ -255,6 +319,19 @@ def build_site(dest: Path) -> int:
                            "--keep-going"], cwd=dest).returncode
 
 
+def build_pdf(dest: Path) -> int:
+    """Print the student edition (its own sources, ``--root``) to
+    DEST/_build/pdf/scalebook.pdf, copied to DEST/_build/html when the site is there,
+    and record it as the student PDF."""
+    dest = Path(dest).resolve()
+    rc = subprocess.run([sys.executable, str(ROOT / "tools" / "pdf.py"),
+                         "--root", str(dest)], cwd=dest).returncode
+    pdf = dest / "_build" / "pdf" / PDF_NAME
+    if rc == 0 and pdf.is_file():
+        record_pdf(dest, pdf)
+    return rc or (0 if pdf.is_file() else 1)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 tasks.py student",
                                      description=__doc__.split("\n\n")[0])
@@ -262,10 +339,13 @@ def main(argv=None) -> int:
                         help="folder for the student edition (_build/student)")
     parser.add_argument("--repository", help="URL the student edition will be published at")
     parser.add_argument("--no-site", action="store_true", help="write the sources only")
+    parser.add_argument("--pdf", action="store_true",
+                        help="also print the student edition as one PDF (a minute or "
+                             "two)")
     args = parser.parse_args(argv)
     dest = Path(args.out)
     try:
-        make_sources(ROOT, dest, args.repository)
+        make_sources(ROOT, dest, args.repository, pdf_link=args.pdf)
     except StudentEditionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -274,6 +354,11 @@ def main(argv=None) -> int:
         if rc:
             print("error: the student edition's site did not build", file=sys.stderr)
             return rc
+    if args.pdf:
+        rc = build_pdf(dest)
+        if rc:
+            print("error: the student edition's PDF was not printed", file=sys.stderr)
+            return rc
     bad = leftovers(dest)
     if bad:
         print("error: the student edition still shows solutions:\n  " + "\n  ".join(bad),
@@ -281,6 +366,7 @@ def main(argv=None) -> int:
         return 1
     print(f"student edition: {dest} (notebooks/ for Colab"
           + ("" if args.no_site else f", site at {dest / '_build' / 'html' / 'index.html'}")
+          + (f", PDF at {dest / '_build' / 'pdf' / PDF_NAME}" if args.pdf else "")
           + ")")
     return 0
 
