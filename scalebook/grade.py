@@ -1355,6 +1355,11 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
     opts = {"time_limit": time_limit, "cell_timeout": min(cell_timeout, time_limit),
             "reserve": max(10, min(60, time_limit // 5)), "memory": memory, "call_limit": call_limit,
             "partial": partial, "processes": processes}
+    # The checks' published inputs are built here, some on the 8-device mesh, and loading a
+    # chapter's checks may start JAX (a case made of arrays): give JAX its devices first.
+    from .mesh import setup
+
+    setup(quiet=True)
     hows = {_how(i.id) for i in key.items}      # load the chapters' checks before forking
     if "program" in hows:
         try:
@@ -1362,10 +1367,6 @@ def grade_submissions(subs: list[Submission], key: Key, secret: bytes | None = N
         except ImportError:
             raise ValueError("grading programs on the mesh needs the flatbuffers package "
                              "(pip install flatbuffers; it is in requirements.lock)") from None
-    if "function" in hows:          # some published inputs are built on the mesh
-        from .mesh import setup
-
-        setup(quiet=True)
     bar = progress if progress is not None else _Progress(len(subs))
     how, opts["cgroup"] = process_limit(processes) if subs else ("none", None)
     if how == "none" and processes > 0 and subs:
