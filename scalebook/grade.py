@@ -344,6 +344,9 @@ def _scalebook_grader_collect(spec, path, call_limit):
             return {"pspec": [enc(v, depth + 1) for v in x]}
         if isinstance(x, (tuple, list)) and depth < 3 and len(x) <= 64:
             return {"seq": [enc(v, depth + 1, refs) for v in x], "type": type(x).__name__}
+        if (isinstance(x, dict) and depth < 3 and len(x) <= 64
+                and all(isinstance(k, str) for k in x)):
+            return {"dict": {k[:200]: enc(v, depth + 1, refs) for k, v in x.items()}}
         shape = getattr(x, "shape", None)
         if shape == () and hasattr(x, "item"):
             try:
@@ -716,6 +719,8 @@ def decode(x, args=None):
         if "seq" in x:
             items = [decode(v, args) for v in x["seq"]]
             return tuple(items) if x.get("type") == "tuple" else items
+        if "dict" in x and isinstance(x["dict"], dict):
+            return {str(k): decode(v, args) for k, v in x["dict"].items()}
         if "pspec" in x:
             from jax.sharding import PartitionSpec
 

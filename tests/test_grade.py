@@ -112,6 +112,8 @@ def test_richer_values_come_back_as_themselves():
     assert grade.decode({"pspec": ["x", None, {"seq": ["x", "y"], "type": "tuple"}]}) == \
         P("x", None, ("x", "y"))
     assert type(grade.decode({"pspec": [3]})).__name__ == "PartitionSpec"   # opaque, not P
+    assert grade.decode({"dict": {"tp": 8, "remat": {"seq": ["a"], "type": "tuple"}}}) == \
+        {"tp": 8, "remat": ("a",)}
     plans = ["plan a", "plan b"]
     assert grade.decode({"arg": [0, 1]}, (plans, 0.5)) == "plan b"
     assert "did not send" in repr(grade.decode({"arg": [5]}, (plans,)))
