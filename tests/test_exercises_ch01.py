@@ -217,3 +217,72 @@ def test_code_1_10():
 def test_code_1_10_each_hint_is_reached(mistake, answer, words):
     r = evaluate("1.10", answer)
     assert r.status == "wrong" and words in r.message, (mistake, r)
+
+
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
+
+def test_1_3_bf16_variant_catches_the_8bit_peak():
+    params = {"chip": "tpu-v5e", "dtype": "bf16"}
+    assert evaluate("1.3", v5e.bf16_flops / v5e.hbm_bandwidth, variant=params).correct
+    r = evaluate("1.3", v5e.int8_flops / v5e.hbm_bandwidth, variant=params)
+    assert r.status == "wrong" and "int8 critical intensity" in r.message, r
+    from scalebook.exercises import get_exercise
+    title = get_exercise("1.3").with_variant(params).title_text()
+    assert title == "Critical intensity in bf16"
+
+
+def test_1_5_int4_variant():
+    params = {"weights": "int4"}                     # 70B's up projection on a v5e
+    I = v5e.critical_intensity
+    right = smallest_batch(D70, F70, I, sw=0.5)
+    assert evaluate("1.5", right, variant=params).correct
+    r = evaluate("1.5", smallest_batch(D70, F70, I, sw=1), variant=params)
+    assert r.status == "wrong" and "int8 weights" in r.message, r
+    r = evaluate("1.5", smallest_batch(D70, F70, I), variant=params)
+    assert r.status == "wrong" and "half a byte" in r.message, r
+    from scalebook.exercises import get_exercise
+    variant = get_exercise("1.5").with_variant(params)
+    assert variant.title_text() == "int4 weights quarter the batch"
+    assert "int4 (half a byte)" in variant.text()
+
+
+def test_1_6_fp32_partial_sums():
+    params = {"psum": "fp32"}                        # two v5e chips, fp32 partial sums
+    assert evaluate("1.6", 4 * C5E / W5E, variant=params).correct
+    r = evaluate("1.6", 2 * C5E / W5E, variant=params)      # 2 bytes per element
+    assert r.status == "wrong" and "2 bytes per element" in r.message, r
+    assert "fp32 element of the partial sum takes 4 bytes" in r.message, r
+    r = evaluate("1.6", 16 * C5E / W5E, variant=params)
+    assert r.status == "wrong" and "sends 4BF bytes" in r.message, r
+
+
+def test_1_7_gpu_tiles_come_in_steps_of_64():
+    n, I = 16384, h100.critical_intensity
+    t = 64
+    while 2 * n**3 / (2 * (2 * n**3 / t + n * n)) < I:   # X, W read per tile; O once
+        t += 64
+    params = {"chip": "gpu-h100"}
+    assert evaluate("1.7", t, variant=params).correct
+    r = evaluate("1.7", t + 32, variant=params)
+    assert r.status == "wrong" and "multiple of 64" in r.message, r
+    r = evaluate("1.7", t - 64, variant=params)
+    assert r.status == "wrong" and "too small" in r.message, r
+
+
+def test_1_4_variant_titles_name_the_chip():
+    from scalebook.exercises import get_exercise
+    ex = get_exercise("1.4")
+    assert ex.title_text() == "Smallest compute-bound batch on an H100"
+    assert ex.with_variant({"chip": "tpu-v6e", "model": "llama3-8b"}).title_text() == \
+        "Smallest compute-bound batch on a TPU v6e"
+    with pytest.raises(ValueError):          # the chapter prints 70B's batch on a v5e
+        ex.with_variant({"chip": "tpu-v5e", "model": "llama3-70b"})
+
+
+@pytest.mark.parametrize("ex,answer", [("1.9", good_bounds), ("1.10", good_batch)])
+def test_code_answers_are_right_on_drawn_inputs(ex, answer):
+    from scalebook.exercises import get_exercise
+    e = get_exercise(ex)
+    cases = e.drawn_cases(b"ch01", n=20)
+    assert len(set(cases)) > 10
+    assert evaluate(ex, answer, cases=list(e.cases) + cases).correct

@@ -193,3 +193,75 @@ def test_2_4():
 def test_2_4_each_hint_is_reached(mistake, answer, words):
     r = evaluate("2.4", answer)
     assert r.status == "wrong" and words in r.message, (mistake, r)
+
+
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
+
+def test_2_5_variants_know_which_axes_wrap():
+    # v5p 4x8x8: whole 4x4x4 cubes, so every axis wraps: 2 + 4 + 4 hops
+    params = {"chip": "tpu-v5p", "shape": "4x8x8"}
+    assert evaluate("2.5", 2 + 4 + 4, variant=params).correct
+    r = evaluate("2.5", 3 + 7 + 7, variant=params)
+    assert r.status == "wrong" and "every axis has a wraparound link" in r.message, r
+    # v5e 4x8: neither axis spans the pod's 16, so neither wraps: 3 + 7 hops
+    params = {"chip": "tpu-v5e", "shape": "4x8"}
+    assert evaluate("2.5", 3 + 7, variant=params).correct
+    r = evaluate("2.5", 2 + 4, variant=params)
+    assert r.status == "wrong" and "neither the 4-long nor the 8-long" in r.message, r
+    from scalebook.exercises import get_exercise
+    title = get_exercise("2.5").with_variant(params).title_text()
+    assert title == "Diameter of a v5e 4x8 slice"
+
+
+def test_2_6_fp32_master_weights():
+    V5P_ = get_chip("tpu-v5p")
+    params = {"chip": "tpu-v5p", "dtype": "fp32"}     # 405B
+    right = math.ceil(2 * W405 / V5P_.hbm_bytes)
+    assert evaluate("2.6", right, variant=params).correct
+    r = evaluate("2.6", math.ceil(W405 / V5P_.hbm_bytes), variant=params)
+    assert r.status == "wrong" and "4 bytes, not 2" in r.message, r
+
+
+def test_2_7_and_2_8_variants():
+    params = {"model": "llama3-405b", "chip": "tpu-v5e", "shape": "16x16"}
+    assert evaluate("2.7", W405 / (256 * V5E.hbm_bandwidth), variant=params).correct
+    r = evaluate("2.7", W405 / V5E.hbm_bandwidth, variant=params)
+    assert r.status == "wrong" and "the 256 chips" in r.message, r
+    r = evaluate("2.7", W405 / (256 * V6E.hbm_bandwidth), variant=params)
+    assert r.status == "wrong" and "v6e's HBM bandwidth" in r.message, r
+    # 32 chips on 8 hosts
+    params = {"model": "llama3-8b", "chip": "tpu-v5p", "shape": "2x4x4"}
+    W8 = _llama_bytes("llama3-8b")
+    assert evaluate("2.8", W8 / (32 * V5P.pcie_bandwidth), variant=params).correct
+    r = evaluate("2.8", W8 / (8 * V5P.pcie_bandwidth), variant=params)
+    assert r.status == "wrong" and "per chip, not per host" in r.message, r
+
+
+def test_2_11_variant():
+    B200 = get_chip("gpu-b200")
+    params = {"tpu": "tpu-v6e", "shape": "4x8", "gpu": "gpu-b200"}
+    right = 8 * B200.hbm_bandwidth / (32 * V6E.hbm_bandwidth)
+    assert evaluate("2.11", right, variant=params).correct
+    r = evaluate("2.11", 1 / right, variant=params)
+    assert r.status == "wrong" and "v6e time divided by B200 time" in r.message, r
+
+
+def test_2_14_int8_weights():
+    params = {"chip": "tpu-v5e", "weights": "int8"}
+    right = 1 * V5E.bf16_flops / (2 * V5E.pcie_bandwidth)
+    assert evaluate("2.14", right, variant=params).correct
+    r = evaluate("2.14", 2 * right, variant=params)
+    assert r.status == "wrong" and "int8 weights take 1 byte" in r.message, r
+    from scalebook.exercises import get_exercise
+    v = get_exercise("2.14").with_variant(params)
+    assert v.title_text() == "Weights from host memory on a v5e"
+    assert v.text().startswith("A TPU v5e streams the int8 weight")
+
+
+@pytest.mark.parametrize("ex,answer", [("2.2", _count_cycles), ("2.4", _my_hops)])
+def test_code_answers_are_right_on_drawn_inputs(ex, answer):
+    from scalebook.exercises import get_exercise
+    e = get_exercise(ex)
+    cases = e.drawn_cases(b"ch02", n=30)
+    assert len(set(map(repr, cases))) > 20
+    assert evaluate(ex, answer, cases=list(e.cases) + cases).correct

@@ -259,3 +259,56 @@ def test_jax_errors_name_the_students_function():
     assert "/x/" not in clean and ".py" not in clean and "<locals>" not in clean, clean
     from scalebook.exercises.kinds import returns_something
     assert returns_something(fsdp_returns_a_pair).__name__ == "fsdp_returns_a_pair"
+
+
+# ---- variants (an assignment's own numbers): each gets the hints for its own slips ---
+
+def test_3_1_key_projection_variant():
+    params = {"model": "llama3-8b", "matrix": "key", "n": 8}
+    W_K = D8 * K * h * 2                             # LLaMA-3 8B: 8 kv heads of 128
+    assert evaluate("3.1", 7 / 8 * W_K, variant=params).correct
+    r = evaluate("3.1", W_K / 8, variant=params)
+    assert r.status == "wrong" and "one shard" in r.message, r
+
+
+def test_3_2_and_3_6_on_other_chips():
+    v6e = get_chip("tpu-v6e")
+    params = {"model": "llama3-70b", "n": 16, "chip": "tpu-v6e"}   # a full axis wraps
+    right = 2 * t_ag_torus(W_UP, 16, v6e.ici_link_bandwidth)
+    assert evaluate("3.2", right, variant=params).correct
+    assert "one-way ring" in evaluate("3.2", 2 * right, variant=params).message
+    # a v5p axis of 4: blocks go 1, 2 and 1 hops; 4 hops' worth over 2 links per chip
+    params = {"B": 2048, "model": "llama3-8b", "n": 4, "chip": "tpu-v5p"}
+    a2a = 2048 * D8 * 2
+    assert evaluate("3.6", a2a / 4 * 4 / 2 / W5p, variant=params).correct
+    r = evaluate("3.6", 3 / 4 * a2a / (2 * W5p), variant=params)
+    assert r.status == "wrong" and "min(d, n - d)" in r.message, r
+    from scalebook.exercises import get_exercise
+    with pytest.raises(ValueError):          # a v5e axis of 8 has no wraparound
+        get_exercise("3.6").with_variant({"n": 8})
+
+
+def test_3_8_variant_names_its_model():
+    params = {"shape": "4x4x8", "model": "llama3-70b", "chip": "tpu-v4"}
+    W4 = get_chip("tpu-v4").ici_link_bandwidth
+    right = 127 / 128 * LAYER / (2 * W4 * 3)
+    assert evaluate("3.8", right, variant=params).correct
+    r = evaluate("3.8", 3 * right, variant=params)
+    assert r.status == "wrong" and "128 chips form three torus axes" in r.message, r
+    r = evaluate("3.8", 63 / 64 * LAYER / (2 * W5p * 3),
+                 variant={"shape": "4x4x4", "model": "llama3-8b"})
+    assert r.status == "wrong" and "asks about 8B" in r.message, r
+
+
+def test_3_9_and_3_14_variants():
+    params = {"model": "llama3-405b", "n": 16, "chip": "tpu-v5p"}
+    t_comm = 2 * 15 / 16 * 4096 * D4 * 2 / (2 * W5p)
+    right = t_comm / (3 * 2 * 4096 * D4 * F4 / 16 / C5p)
+    assert evaluate("3.9", right, variant=params).correct
+    r = evaluate("3.9", 3 * right, variant=params)
+    assert r.status == "wrong" and "over the 16 chips" in r.message, r
+    params = {"model": "llama3-8b", "B": 8192, "n": 8}
+    right = 7 / 8 * 8192 * D8 * 2
+    assert evaluate("3.14", right, variant=params).correct
+    r = evaluate("3.14", 8192 * D8 * 2 / 8, variant=params)
+    assert r.status == "wrong" and "own output block" in r.message, r

@@ -16,7 +16,7 @@ from ..hardware import get_chip
 from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, MeshProgramExercise, NotAttempted, NumericExercise,
-                    mesh_inputs, returns_something)
+                    VariedNumericExercise, mesh_inputs, returns_something)
 
 __all__ = ["MESH_SHAPE", "MESH_AXES"]
 
@@ -31,41 +31,93 @@ def _70b():
     return get_model("llama3-70b")
 
 
+# Variants (for assignments; see kinds.VariedNumericExercise). The chapter's own numbers
+# are each exercise's ``params``; an assignment draws others from ``choose``.
+_MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
+_SIZE = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
+_SHORT = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e"}
+_TPUS = tuple(_SHORT)
+
+
+def _torus_axis(chip, n):
+    """Whether ``n`` chips of ``chip`` form a torus axis (wraparound links): on v5e and
+    v6e only the full 16-chip axis of a pod; on v4 and v5p an axis of a slice made of
+    whole 4 x 4 x 4 cubes (4, 8, 16, ... chips)."""
+    if get_chip(chip).topology.startswith("2D"):
+        return n == 16
+    return n % 4 == 0
+
+
 # 3.1 -------------------------------------------------------------------------------------
-def _w_up_bytes(bytes_per_element=2):
-    m = _70b()
-    return m.d_model * m.d_ff * bytes_per_element
+def _w_up_bytes(bytes_per_element=2, model="llama3-70b", matrix="up"):
+    m = get_model(model)
+    cols = {"up": m.d_ff, "query": m.n_heads * m.head_dim,
+            "key": m.n_kv_heads * m.head_dim}[matrix]
+    return m.d_model * cols * bytes_per_element
 
 
-def _ex1(bytes_per_element=2):
-    return collectives.ring_bytes("all-gather", _w_up_bytes(bytes_per_element), 16)
+def _ex1(bytes_per_element=2, model="llama3-70b", matrix="up", n=16):
+    nbytes = _w_up_bytes(bytes_per_element, model, matrix)
+    return collectives.ring_bytes("all-gather", nbytes, n)
 
 
-register(NumericExercise(
-    id="3.1", title="Bytes of an FSDP all-gather", unit="bytes", reference=_ex1,
-    hints=[
-        (lambda a: _close(a, _w_up_bytes()), "that is the whole matrix; a device already holds "
+def _ex1_hints(model, matrix, n):
+    whole = _w_up_bytes(2, model, matrix)
+    return [
+        (lambda a: _close(a, whole), "that is the whole matrix; a device already holds "
          "its own 1/n and receives (and forwards) the other n - 1 shards."),
-        (lambda a: _close(a, _w_up_bytes() / 16), "that is one shard. In a ring every device "
+        (lambda a: _close(a, whole / n), "that is one shard. In a ring every device "
          "passes on n - 1 shards."),
-        (lambda a: _close(a, _ex1(4)), "bf16 takes 2 bytes per element, not 4."),
-    ],
+        (lambda a: _close(a, _ex1(4, model, matrix, n)),
+         "bf16 takes 2 bytes per element, not 4."),
+    ]
+
+
+_MATRIX_WORDS = {"up": "up-projection", "query": "query projection",
+                 "key": "key projection"}
+_MATRIX_SHAPE = {"up": "W[D, F]", "query": "W_Q[D, H h]", "key": "W_K[D, H_{kv} h]"}
+
+register(VariedNumericExercise(
+    id="3.1", title="Bytes of an FSDP all-gather", unit="bytes",
+    params={"model": "llama3-70b", "matrix": "up", "n": 16},
+    choose={"model": _MODELS, "matrix": tuple(_MATRIX_WORDS), "n": (4, 8, 16, 32)},
+    solve=lambda model, matrix, n: _ex1(2, model, matrix, n), hints_for=_ex1_hints,
+    describe=lambda model, matrix, n: {"size": _SIZE[model],
+                                       "what": _MATRIX_WORDS[matrix],
+                                       "shape": _MATRIX_SHAPE[matrix]},
+    statement="The {what} of LLaMA-3 {size}, ${shape}$ in bf16, is sharded over {n} "
+              "chips. How many bytes does each chip send when they all-gather it with "
+              "the ring algorithm?",
 ))
 
 
 # 3.2 -------------------------------------------------------------------------------------
-def _ex2(topology="torus"):
-    return collectives.collective_time("all-reduce", _w_up_bytes(), 8, "tpu-v5p", topology=topology)
+def _ex2(topology="torus", model="llama3-70b", n=8, chip="tpu-v5p"):
+    return collectives.collective_time("all-reduce", _w_up_bytes(model=model), n, chip,
+                                       topology=topology)
 
 
-register(NumericExercise(
-    id="3.2", title="All-reduce of a gradient on a v5p axis", unit="s", reference=_ex2,
-    hints=[
-        (lambda a: _close(a, _ex2("ring")), "that is a one-way ring. A torus axis with "
-         "wraparound sends half the data each way, over two links."),
-        (lambda a: _close(a, _ex2() / 2), "an all-reduce is a reduce-scatter and then an "
-         "all-gather: 2 (n - 1) / n times the array."),
-    ],
+def _ex2_hints(model, n, chip):
+    return [
+        (lambda a: _close(a, _ex2("ring", model, n, chip)), "that is a one-way ring. A "
+         "torus axis with wraparound sends half the data each way, over two links."),
+        (lambda a: _close(a, _ex2("torus", model, n, chip) / 2), "an all-reduce is a "
+         "reduce-scatter and then an all-gather: 2 (n - 1) / n times the array."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="3.2", title="All-reduce of a gradient on a v5p axis", unit="s",
+    params={"model": "llama3-70b", "n": 8, "chip": "tpu-v5p"},
+    choose={"model": _MODELS, "n": (4, 8, 16), "chip": _TPUS},
+    solve=lambda model, n, chip: _ex2("torus", model, n, chip), hints_for=_ex2_hints,
+    valid=lambda model, n, chip: _torus_axis(chip, n),
+    describe=lambda model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
+    variant_title="All-reduce of a gradient on a {short} axis",
+    statement="The bf16 gradient of LLaMA-3 {size}'s up-projection $W[D, F]$ is "
+              "all-reduced over the {n} chips of one TPU {short} torus axis "
+              "(wraparound, links used in both directions). How long does it take at "
+              "least, in seconds?",
 ))
 
 
@@ -105,25 +157,40 @@ register(ChoiceExercise(
 
 
 # 3.6 -------------------------------------------------------------------------------------
-def _a2a_bytes():
-    return 4096 * _70b().d_model * 2
+def _a2a_bytes(B=4096, model="llama3-70b"):
+    return B * get_model(model).d_model * 2
 
 
-def _ex6():
-    return collectives.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e", topology="torus")
+def _ex6(B=4096, model="llama3-70b", n=16, chip="tpu-v5e"):
+    return collectives.collective_time("all-to-all", _a2a_bytes(B, model), n, chip,
+                                       topology="torus")
 
 
-register(NumericExercise(
-    id="3.6", title="All-to-all on a bidirectional ring", unit="s", reference=_ex6,
-    hints=[
-        (lambda a: _close(a, collectives.ring_bytes("all-to-all", _a2a_bytes(), 16)
-                          / (2 * get_chip("tpu-v5e").ici_link_bandwidth)),
+def _ex6_hints(B, model, n, chip):
+    nbytes = _a2a_bytes(B, model)
+    return [
+        (lambda a: _close(a, collectives.ring_bytes("all-to-all", nbytes, n)
+                          / (2 * get_chip(chip).ici_link_bandwidth)),
          "that counts each block once, but a block for a device d steps away crosses "
          "min(d, n - d) links on its way."),
-        (lambda a: _close(a, collectives.collective_time("all-to-all", _a2a_bytes(), 16, "tpu-v5e",
-                                                   topology="ring")),
+        (lambda a: _close(a, collectives.collective_time("all-to-all", nbytes, n, chip,
+                                                         topology="ring")),
          "that is a one-way ring; the torus axis sends each block the shorter way round."),
-    ],
+    ]
+
+
+register(VariedNumericExercise(
+    id="3.6", title="All-to-all on a bidirectional ring", unit="s",
+    params={"B": 4096, "model": "llama3-70b", "n": 16, "chip": "tpu-v5e"},
+    choose={"B": (1024, 2048, 4096, 8192), "model": _MODELS, "n": (4, 8, 16),
+            "chip": _TPUS},
+    solve=_ex6, hints_for=_ex6_hints,
+    valid=lambda B, model, n, chip: _torus_axis(chip, n),
+    describe=lambda B, model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
+    statement="Each of {n} TPU {short} chips on one torus axis holds activations of "
+              "{B} tokens by $D$ of LLaMA-3 {size} in bf16, and they do an all-to-all "
+              "over the axis (as when routing tokens to experts). Using the busiest "
+              "link's load, how long does it take, in seconds?",
 ))
 
 
@@ -149,44 +216,86 @@ register(NumericExercise(
 
 # 3.8 -------------------------------------------------------------------------------------
 # 405B, not 70B: section 3.6 prints the reduce-scatter of a 70B layer on this slice.
-def _ex8(axes=(4, 4, 4), model="llama3-405b"):
+def _ex8(axes=(4, 4, 4), model="llama3-405b", chip="tpu-v5p"):
     return collectives.collective_time("reduce-scatter", get_model(model).params_per_layer() * 2,
-                                       axes, "tpu-v5p")
+                                       axes, chip)
 
 
-register(NumericExercise(
-    id="3.8", title="Reduce-scatter of one layer's gradients", unit="s", reference=_ex8,
-    hints=[
-        (lambda a: _close(a, _ex8(64)), "the 64 chips form three torus axes; a collective over "
-         "all of them uses the links of all three (divide by 3)."),
+def _axes(shape):
+    return tuple(int(a) for a in shape.split("x"))
+
+
+def _ex8_hints(shape, model, chip):
+    axes = _axes(shape)
+    n = math.prod(axes)
+    hints = [
+        (lambda a: _close(a, _ex8(n, model, chip)),
+         f"the {n} chips form three torus axes; a collective over all of them uses the "
+         f"links of all three (divide by 3)."),
         # An all-reduce and a one-way ring both give exactly 2x: one hint for both.
-        (lambda a: _close(a, 2 * _ex8()), "2x too large: did you time an all-reduce (a "
-         "reduce-scatter sends only (n - 1) / n times the array, half as much), or a one-way "
-         "ring (each torus axis sends both ways)?"),
-        (lambda a: _close(a, _ex8(model="llama3-70b")),
-         "that is a LLaMA-3 70B layer (section 3.6's example); this exercise asks about 405B."),
-    ],
+        (lambda a: _close(a, 2 * _ex8(axes, model, chip)), "2x too large: did you time "
+         "an all-reduce (a reduce-scatter sends only (n - 1) / n times the array, half "
+         "as much), or a one-way ring (each torus axis sends both ways)?"),
+    ]
+    if model != "llama3-70b":
+        hints.append((lambda a: _close(a, _ex8(axes, "llama3-70b", chip)),
+                      f"that is a LLaMA-3 70B layer (section 3.6's example); this "
+                      f"exercise asks about {_SIZE[model]}."))
+    return hints
+
+
+register(VariedNumericExercise(
+    id="3.8", title="Reduce-scatter of one layer's gradients", unit="s",
+    params={"shape": "4x4x4", "model": "llama3-405b", "chip": "tpu-v5p"},
+    # Slices of whole 4 x 4 x 4 cubes: every axis a torus.
+    choose={"shape": ("4x4x4", "4x4x8", "4x8x8", "8x8x8", "4x4x16", "8x8x16"),
+            "model": _MODELS, "chip": ("tpu-v4", "tpu-v5p")},
+    solve=lambda shape, model, chip: _ex8(_axes(shape), model, chip),
+    hints_for=_ex8_hints,
+    valid=lambda shape, model, chip: (shape, model, chip) != ("4x4x4", "llama3-70b",
+                                                              "tpu-v5p"),
+    describe=lambda shape, model, chip: {"short": _SHORT[chip], "size": _SIZE[model],
+                                         "times": " \\times ".join(shape.split("x"))},
+    statement="The bf16 gradients of one LLaMA-3 {size} layer (all its parameters, "
+              "`get_model(\"{model}\").params_per_layer()`) are reduce-scattered over "
+              "a ${times}$ TPU {short} slice, using all three torus axes. How long "
+              "does it take, in seconds?",
 ))
 
 
 # 3.9 -------------------------------------------------------------------------------------
-def _ex9(n=8, matmuls=3):
-    m = _70b()
+def _ex9(n=8, matmuls=3, model="llama3-70b", chip="tpu-v5p"):
+    m = get_model(model)
     B = 4096
-    t_comm = collectives.collective_time("all-reduce", B * m.d_model * 2, n, "tpu-v5p")
-    t_math = rl.compute_time(matmuls * rl.matmul_flops(B, m.d_model, m.d_ff) / n, "tpu-v5p")
+    t_comm = collectives.collective_time("all-reduce", B * m.d_model * 2, n, chip)
+    t_math = rl.compute_time(matmuls * rl.matmul_flops(B, m.d_model, m.d_ff) / n, chip)
     return t_comm / t_math
 
 
-register(NumericExercise(
+def _ex9_hints(model, n, chip):
+    return [
+        (lambda a: _close(a, _ex9(n, 1, model, chip)),
+         f"the gated MLP has three matmuls (gate, up, down), all sharded over the {n} "
+         f"chips."),
+        (lambda a: _close(a, _ex9(n, 2, model, chip)), "LLaMA's MLP is gated: gate, up "
+         "and down are three matmuls."),
+    ]
+
+
+register(VariedNumericExercise(
     id="3.9", title="Tensor-parallel MLP: communication over compute", unit="(ratio)",
-    reference=_ex9,
-    hints=[
-        (lambda a: _close(a, _ex9(matmuls=1)), "the gated MLP has three matmuls (gate, up, down), "
-         "all sharded over the 8 chips."),
-        (lambda a: _close(a, _ex9(matmuls=2)), "LLaMA's MLP is gated: gate, up and down are "
-         "three matmuls."),
-    ],
+    params={"model": "llama3-70b", "n": 8, "chip": "tpu-v5p"},
+    choose={"model": _MODELS, "n": (4, 8, 16), "chip": _TPUS},
+    solve=lambda model, n, chip: _ex9(n, 3, model, chip), hints_for=_ex9_hints,
+    # Section 3.6 prints the ratio for 70B over 4 v5p chips.
+    valid=lambda model, n, chip: (_torus_axis(chip, n)
+                                  and (model, n, chip) != ("llama3-70b", 4, "tpu-v5p")),
+    describe=lambda model, n, chip: {"short": _SHORT[chip], "size": _SIZE[model]},
+    statement="LLaMA-3 {size}'s gated MLP is tensor-parallel over the {n} chips of one "
+              "TPU {short} torus axis, as in section 3.6, with a batch of 4096 tokens. "
+              "What is the ratio $T_{{\\mathrm{{comm}}}} / T_{{\\mathrm{{math}}}}$ of "
+              "the all-reduce of the bf16 output $[B, D]$ to the time of the MLP's "
+              "matmuls on one chip at peak?",
 ))
 
 
@@ -359,26 +468,43 @@ register(NumericExercise(
 
 
 # 3.14 gather before or after the matmul ----------------------------------------------------
-def _ex14(plan="after", bytes_per_element=2, frac=True):
-    """X[B_Y, F] @ W[F, D] -> [B, D] whole on the 4 chips of Y; bytes per chip sent."""
-    m = _70b()
-    rows = 4096 * (m.d_model if plan == "after" else m.d_ff) * bytes_per_element
-    return collectives.ring_bytes("all-gather", rows, 4) if frac else rows
+def _ex14(plan="after", bytes_per_element=2, frac=True, model="llama3-70b", B=4096,
+          n=4):
+    """X[B_Y, F] @ W[F, D] -> [B, D] whole on the n chips of Y; bytes per chip sent."""
+    m = get_model(model)
+    rows = B * (m.d_model if plan == "after" else m.d_ff) * bytes_per_element
+    return collectives.ring_bytes("all-gather", rows, n) if frac else rows
 
 
-register(NumericExercise(
-    id="3.14", title="Gather before or after the matmul", unit="bytes", reference=_ex14,
-    hints=[
-        (lambda a: _close(a, _ex14("before")), "that gathers the activations [B, F] before "
-         "the matmul; here F > D, so gathering the product [B, D] afterwards moves less."),
-        (lambda a: _close(a, _ex14(frac=False)), "keep the (n - 1) / n of the ring "
+def _ex14_hints(model, B, n):
+    def ex(**kw):
+        return _ex14(model=model, B=B, n=n, **kw)
+    return [
+        (lambda a: _close(a, ex(plan="before")), "that gathers the activations [B, F] "
+         "before the matmul; here F > D, so gathering the product [B, D] afterwards "
+         "moves less."),
+        (lambda a: _close(a, ex(frac=False)), "keep the (n - 1) / n of the ring "
          "all-gather: each chip already holds its own rows."),
-        (lambda a: _close(a, _ex14(bytes_per_element=4)), "bf16 takes 2 bytes per element, "
-         "not 4."),
-        (lambda a: _close(a, _ex14() / 2), "half the answer: the question asks for all the "
-         "bytes a chip sends, both directions of the torus together."),
-        (lambda a: _close(a, _ex14(frac=False) / 4), "that is the chip's own output block; "
-         "it sends that block on to all the other chips of the ring: (n - 1) / n of the "
-         "gathered [B, D]."),
-    ],
+        (lambda a: _close(a, ex(bytes_per_element=4)), "bf16 takes 2 bytes per "
+         "element, not 4."),
+        (lambda a: _close(a, ex() / 2), "half the answer: the question asks for all "
+         "the bytes a chip sends, both directions of the torus together."),
+        (lambda a: _close(a, ex(frac=False) / n), "that is the chip's own output "
+         "block; it sends that block on to all the other chips of the ring: (n - 1) / "
+         "n of the gathered [B, D]."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="3.14", title="Gather before or after the matmul", unit="bytes",
+    params={"model": "llama3-70b", "B": 4096, "n": 4},
+    choose={"model": _MODELS, "B": (1024, 2048, 4096, 8192, 16384), "n": (4, 8, 16)},
+    solve=lambda model, B, n: _ex14(model=model, B=B, n=n), hints_for=_ex14_hints,
+    describe=lambda model, B, n: {"size": _SIZE[model]},
+    statement="The down-projection of LLaMA-3 {size} in bf16: the hidden activations "
+              "of {B} tokens, $[B_Y, F]$ ($F$ = `d_ff`), split by tokens over the {n} "
+              "chips of axis $Y$, multiply the replicated weight $W[F, D]$, and the "
+              "product $[B, D]$ must end up whole on all {n} chips. Of the two plans "
+              "of case 6 (gather before, gather after), take the one that moves fewer "
+              "bytes. How many bytes does each chip send?",
 ))
