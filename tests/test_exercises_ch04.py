@@ -16,6 +16,7 @@ from scalebook.hardware import get_chip
 M8 = dict(L=32, d=4096, H=32, K=8, h=128, F=14336, V=128256)
 M70 = dict(L=80, d=8192, H=64, K=8, h=128, F=28672, V=128256)
 M405 = dict(L=126, d=16384, H=128, K=8, h=128, F=53248, V=128256)
+MISTRAL7 = dict(M8, V=32000)     # Mistral 7B: LLaMA-3 8B's shapes, a 32,000-token vocabulary
 
 
 def n_params(L, d, H, K, h, F, V, tied=False):
@@ -72,14 +73,14 @@ DENSE_8B = 2 * (n_params(**M8) - M8["V"] * M8["d"] - (2 * M8["L"] + 1) * M8["d"]
 
 RIGHT = {
     "4.1": attention_params(M70),
-    "4.2": mlp_share(M405),
+    "4.2": mlp_share(MISTRAL7),
     "4.3": n_params(**M8, tied=True),
     "4.4": training_flops(M70, 15e12),
     "4.5": train_days_405b(),
     "4.6": s_star(matmul_params(M8), M8),
     "4.7": kv_bytes_per_token(M70) * 8 / 2,          # all 64 heads (G = 8), 1 byte
     "4.8": math.floor((8 * HBM - WEIGHTS70) / PER_SEQ),
-    "4.9": 16 * n_params(**M70),
+    "4.9": 18 * n_params(**M405),                   # fp32 gradients: 2 + 4 + 4 + 8
     "4.10": (M70["L"] * ACT70 + HEAD70) / (M70["L"] * M70["d"] + ACT70 + HEAD70),
     "4.13": "attention" if ATTN_8B > DENSE_8B else "weights",
 }
@@ -104,7 +105,7 @@ WRONG = {
     "4.7": [RIGHT["4.7"] / 8, RIGHT["4.7"] / 2, RIGHT["4.7"] * 2, RIGHT["4.7"] / 80],
     "4.8": [RIGHT["4.8"] + 1, math.floor(8 * HBM / PER_SEQ),
             math.floor((8 * HBM - WEIGHTS70) / (PER_SEQ * 8)), NOMINAL, GIB],
-    "4.9": [b * n_params(**M70) for b in (2, 12, 14, 18)],
+    "4.9": [b * n_params(**M405) for b in (2, 12, 14, 16, 20)],
     "4.10": [1 / RIGHT["4.10"], NO_EXTRA_LAYER, NO_HEAD_4_10],
     "4.13": ["weights" if RIGHT["4.13"] == "attention" else "attention"],
 }
@@ -120,22 +121,27 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "4.10": [(NO_EXTRA_LAYER, "recomputed"), (NO_HEAD_4_10, "head")],
 }
 
-# 4.9: each slip, built from the bytes per parameter (2 weights + 2 grads + 4 master + 8 Adam)
-N70 = n_params(**M70)
+# 4.9: each slip, built from the bytes per parameter (2 weights + 4 fp32 grads + 4 master +
+# 8 Adam)
+N405 = n_params(**M405)
 SLIPS_4_9 = [
-    ("no master copy", (2 + 2 + 0 + 8) * N70, "master copy"),
-    ("one Adam moment", (2 + 2 + 4 + 4) * N70, "one of Adam's two moments"),
-    ("no gradients", (2 + 0 + 4 + 8) * N70, "gradients"),
-    ("fp32 gradients", (2 + 4 + 4 + 8) * N70, "bf16 here"),
-    ("only the weights", 2 * N70, "only the bf16 weights"),
-    ("2 significant figures", float(f"{16 * N70:.1e}"), "2 significant figures"),
+    ("no master copy", (2 + 4 + 0 + 8) * N405, "master copy"),
+    ("one Adam moment", (2 + 4 + 4 + 4) * N405, "one of Adam's two moments"),
+    ("no gradients", (2 + 0 + 4 + 8) * N405, "fp32 gradients (4 bytes)"),
+    ("bf16 gradients", (2 + 2 + 4 + 8) * N405, "keeps the gradients in fp32"),
+    ("fp32 working weights", (4 + 4 + 4 + 8) * N405, "working copy"),
+    ("only the weights", 2 * N405, "only the bf16 weights"),
 ]
 HINTS["4.9"] = [(answer, words) for _, answer, words in SLIPS_4_9]
 HINTS["4.3"] = [(n_params(**M8), "untied"), (RIGHT["4.3"] - M8["V"] * M8["d"], "twice")]
 HINTS["4.1"] += [(2 * M70["d"] * M70["H"] * M70["h"], "W_k and W_v"),
                  (RIGHT["4.1"] * 80, "80 layers")]
-HINTS["4.2"] += [(M405["L"] * (2 * M405["d"] * M405["H"] * M405["h"] + 2 * M405["d"] * M405["K"]
-                               * M405["h"]) / n_params(**M405), "attention share")]
+HINTS["4.2"] += [(MISTRAL7["L"] * (2 * MISTRAL7["d"] * MISTRAL7["H"] * MISTRAL7["h"]
+                                   + 2 * MISTRAL7["d"] * MISTRAL7["K"] * MISTRAL7["h"])
+                  / n_params(**MISTRAL7), "attention share"),
+                 (mlp_share(M8), "LLaMA-3 8B's share"),                  # section 4.2's table
+                 (mlp_share(M8) * n_params(**M8)                         # the head left at V
+                  / (n_params(**M8) - (M8["V"] - 32000) * M8["d"]), "both V x D matrices")]
 HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok")]
 HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
@@ -185,6 +191,7 @@ WRONG["4.15"] = [a for a, _ in MISTAKES_4_15]
 HINTS["4.15"] = list(MISTAKES_4_15)
 
 # 4.16: 70B, fp8 weights, int4 cache (0.5 byte), 4 H100s, 32K context
+N70 = n_params(**M70)
 KV_INT4 = 2 * M70["L"] * M70["K"] * M70["h"] * 0.5 * 32768
 
 
@@ -216,10 +223,14 @@ def test_4_8_one_too_many_and_the_nominal_count_share_a_hint_that_names_both():
     assert "num_params" in msg and "round down" in msg
 
 
-def test_4_9_one_hint_names_both_12_byte_slips():
-    msg = evaluate("4.9", 12 * N70).message
-    assert "master copy" in msg and "moments" in msg
-    assert "GiB" not in evaluate("4.9", float(f"{16 * N70:.1e}")).message
+def test_4_9_one_hint_names_the_three_14_byte_slips():
+    msg = evaluate("4.9", 14 * N405).message
+    assert "master copy" in msg and "moments" in msg and "gradients" in msg
+    assert ok("4.9", 7.3e12)                      # 7.31 TB to 2 significant figures
+
+
+def test_4_2_mistral_7b_has_its_published_count():
+    assert n_params(**MISTRAL7) == 7_241_732_096
 
 
 def test_4_16_the_nominal_count_is_one_too_many():

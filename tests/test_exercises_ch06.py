@@ -158,10 +158,12 @@ HINTS = {
     "6.12": [(state_bytes_zero3_only, "TP and PP split"), (state_bytes_12, "12 bytes"),
              (state_bytes_no_pp, "divide by pp"), (state_bytes_bf16_whole, "ZeRO-3 shards")],
 }
-# 6.10: 6 N N_tok over one v5p's peak at 40% MFU, in chip-hours, at $4.20 a chip-hour
-C_V5P = 4.59e14
-RIGHT["6.10"] = 6 * N405 * 15.6e12 / (C_V5P * 0.40 * 3600) * 4.20
+# 6.10: 6 N N_tok over one v5e's peak at 40% MFU, in chip-hours, at $1.20 a chip-hour
+C_V5E, C_V5P = 1.97e14, 4.59e14
+RIGHT["6.10"] = 6 * N405 * 15.6e12 / (C_V5E * 0.40 * 3600) * 1.20
+V5P_BILL = 6 * N405 * 15.6e12 / (C_V5P * 0.40 * 3600) * 4.20     # section 6.1's chip
 HINTS["6.10"] = [(RIGHT["6.10"] * 8192, "does not depend on how many chips"),
+                 (RIGHT["6.10"] * 256, "does not depend on how many chips"),
                  (RIGHT["6.10"] * 3600, "divide the chip-seconds"),
                  (RIGHT["6.10"] * 0.16, "divide by 0.40"),
                  (RIGHT["6.10"] * 0.40, "2.5 times"),
@@ -175,13 +177,26 @@ globals().update(standard_tests(6, RIGHT, WRONG, HINTS, all_hints=True))
 def test_the_bill_does_not_depend_on_the_chip_count():
     # the same FLOPs at the same MFU: the plans of 4096 and 8192 chips cost the same
     from scalebook import training
-    bills = [training.plan_training("llama3-405b", "tpu-v5p", n, 2048 * 8192, 8192,
-                                    train_tokens=15.6e12) for n in (4096, 8192)]
-    for p in bills:
-        c = p.model_flops_per_step / p.global_batch_tokens / (6 * N405)   # attention's share
-        assert p.cost_at(0.40) == pytest.approx(RIGHT["6.10"] * c)
+    for chip, bill in (("tpu-v5e", RIGHT["6.10"]), ("tpu-v5p", V5P_BILL)):
+        plans = [training.plan_training("llama3-405b", chip, n, 2048 * 8192, 8192,
+                                        train_tokens=15.6e12) for n in (4096, 8192)]
+        for p in plans:
+            c = p.model_flops_per_step / p.global_batch_tokens / (6 * N405)  # attention
+            assert p.cost_at(0.40) == pytest.approx(bill * c)
     assert evaluate("6.10", RIGHT["6.10"]).correct
     assert not evaluate("6.10", RIGHT["6.10"] * 1.03).correct
+
+
+def test_6_10_is_not_a_printed_v5p_bill():
+    """Section 6.1 prints 405B's v5p plan at 40% MFU (291.3 days on 8192 chips): its bill
+    is one multiplication away, so neither the exercise nor a variant asks for it."""
+    from scalebook.exercises import get_exercise
+    assert math.isclose(291.3 * 24 * 8192 * 4.20, V5P_BILL, rel_tol=0.02)   # the leak
+    assert not evaluate("6.10", V5P_BILL).correct
+    with pytest.raises(ValueError, match="not a valid variant"):
+        get_exercise("6.10").with_variant({"chip": "tpu-v5p"})
+    assert all(not (p["chip"] == "tpu-v5p" and p["mfu"] == 0.40)
+               for p in (get_exercise("6.10").draw(bytes([i])) for i in range(200)))
 
 
 def test_days_and_cost_at_an_assumed_mfu():

@@ -100,19 +100,42 @@ register(VariedNumericExercise(
 
 
 # 4.2 ------------------------------------------------------------------------------------
-def _mlp_share_405b():
-    return _m("llama3-405b").param_breakdown().shares()["mlp"]
+# Section 4.2 prints the shares of the three LLaMA-3 models, so the exercise asks for a
+# model the table leaves out: Mistral 7B, LLaMA-3 8B's shapes with a 32,000-token
+# vocabulary (7,241,732,096 parameters, its published count).
+_V_42 = 32_000
+
+
+def _mistral_7b():
+    return _m("llama3-8b").scaled(name="mistral-7b", vocab_size=_V_42)
+
+
+def _mlp_share_7b():
+    return _mistral_7b().param_breakdown().shares()["mlp"]
+
+
+def _mlp_share_one_table():
+    """Only one V x D matrix shrunk to the new vocabulary (the other left at 128,256)."""
+    m8 = _m("llama3-8b")
+    n = m8.num_params() - (m8.vocab_size - _V_42) * m8.d_model
+    return m8.param_breakdown().mlp / n
 
 
 register(NumericExercise(
-    id="4.2", title="MLP share of LLaMA-3 405B", unit="fraction (0 to 1)", rtol=0.01,
-    reference=_mlp_share_405b,
+    id="4.2", title="MLP share of Mistral 7B", unit="fraction (0 to 1)", rtol=0.01,
+    reference=_mlp_share_7b,
     hints=[
-        (lambda a: _close(a, 100 * _mlp_share_405b()), "give a fraction between 0 and 1, not a percentage."),
-        (lambda a: _close(a, 2 / 3 * _mlp_share_405b(), 0.03),
+        (lambda a: _close(a, 100 * _mlp_share_7b()), "give a fraction between 0 and 1, not a percentage."),
+        (lambda a: _close(a, 2 / 3 * _mlp_share_7b(), 0.03),
          "the gated (SwiGLU) MLP has three matrices: gate, up and down."),
-        (lambda a: _close(a, _m("llama3-405b").param_breakdown().shares()["attention"]),
+        (lambda a: _close(a, _mistral_7b().param_breakdown().shares()["attention"]),
          "that is the attention share."),
+        (lambda a: _close(a, _m("llama3-8b").param_breakdown().shares()["mlp"], 0.005),
+         "that is LLaMA-3 8B's share, with its 128,256-token vocabulary: Mistral's 32,000 "
+         "tokens make the embedding and the output head smaller, so N is smaller."),
+        (lambda a: _close(a, _mlp_share_one_table(), 0.005),
+         "both V x D matrices shrink with the vocabulary: the embedding table and the "
+         "separate (untied) output head."),
     ],
 ))
 
@@ -306,22 +329,28 @@ register(VariedNumericExercise(
 
 
 # 4.9 ------------------------------------------------------------------------------------
-def _train_mem_70b(**kw):
-    return _m("llama3-70b").training_memory(**kw).total
+# Section 4.7 prints 70B's state with bf16 gradients (16 bytes per parameter), so the
+# exercise asks for 405B as its paper trained it: gradients in fp32, 18 bytes per parameter.
+def _train_mem_405b(**kw):
+    return _m("llama3-405b").training_memory(**{"grad_bytes": 4, **kw}).total
 
 
 register(NumericExercise(
-    id="4.9", title="Memory to train 70B with Adam", unit="bytes", rtol=0.02,
-    reference=_train_mem_70b,
+    id="4.9", title="Memory to train 405B as its paper did", unit="bytes", rtol=0.02,
+    reference=_train_mem_405b,
     hints=[
-        # Leaving out the master copy and keeping one Adam moment both give 12 bytes per
-        # parameter: one hint names both.
-        (lambda a: _close(a, _train_mem_70b(master_bytes=0)),
-         "12 bytes per parameter: you left out either the fp32 master copy of the weights "
-         "(4 bytes) or one of Adam's two moments (m and v, 4 bytes each)."),
-        (lambda a: _close(a, _train_mem_70b(grad_bytes=0)), "you left out the bf16 gradients."),
-        (lambda a: _close(a, _train_mem_70b(grad_bytes=4)), "the gradients are bf16 here (2 bytes), not fp32."),
-        (lambda a: _close(a, _m("llama3-70b").weight_bytes(2)), "that is only the bf16 weights."),
+        # Leaving out the master copy, one Adam moment or the fp32 gradients all give 14
+        # bytes per parameter: one hint names the three.
+        (lambda a: _close(a, _train_mem_405b(master_bytes=0)),
+         "14 bytes per parameter: you left out the fp32 master copy of the weights "
+         "(4 bytes), one of Adam's two moments (m and v, 4 bytes each) or the fp32 "
+         "gradients (4 bytes)."),
+        (lambda a: _close(a, _train_mem_405b(grad_bytes=2)),
+         "that is 16 bytes per parameter, with bf16 gradients: the paper keeps the "
+         "gradients in fp32 (4 bytes)."),
+        (lambda a: _close(a, _train_mem_405b(weight_bytes=4)),
+         "the working copy of the weights is bf16 (2 bytes); only the master copy is fp32."),
+        (lambda a: _close(a, _m("llama3-405b").weight_bytes(2)), "that is only the bf16 weights."),
     ],
 ))
 
