@@ -14,7 +14,7 @@ run: they are left out.
 A match that is a coincidence (another quantity that happens to share 3 digits: a toy
 program's count, an input of a different calculation) is allowed only in ``ALLOWED``,
 by exercise, printed number and a piece of its line, with the reason, each checked by
-hand. Chapters 1-3's matches wait in ``PENDING_CH1_3`` (being edited elsewhere).
+hand.
 
 An answer one obvious step from a printed number (the same bill from printed days, the
 same run in other units) is a leak too, but not one digits can find: those found by hand
@@ -73,29 +73,14 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("8.3", "15.8", "3.50"):
         "DeepSeek-V3's expected experts hit by a batch of 2 (15.8 of 256), read as ms; the "
         "answer is a decode step's memory time",
+    ("2.14", "28672", "useful fraction"):
+        "70B's d_ff (28,672) in the useful-fraction lines, not the 28,688 tokens of the "
+        "answer",
     ("8.15", "13.4", "18.59"):
         "70B's step time on 16 v5e chips at batch 4 (13.4 ms), not the time a prompt's "
         "int8 cache takes over the DCN, which happens to be 13.4 ms too",
 }
 
-# Chapters 1-3 are being edited by someone else: their matches wait here, skipped, each
-# with a first judgement (leak: the chapter prints the answer to the question; coincidence:
-# the allow-list, with a reason). Remove an entry when its chapter is fixed.
-PENDING_CH1_3: dict[str, str] = {
-    "1.6": "leak: section 1.6 prints 'tpu-v5e one link 5e10 bytes/s -> D >= 7,880', the "
-           "exercise's question for the exercise's chip",
-    "1.7": "coincidence (probably): 512 is printed as shapes, but section 1.5's example "
-           "'(512, 8192, 8192), tiles 512x512: intensity 248' against v5e's I* = 241 all but "
-           "answers it",
-    "2.1": "leak: the MXU table prints v5p's FLOP/s per MXU (5.74e13), the question itself",
-    "2.8": "leak: 'v5e 4x4 slice: ... PCIe 588 ms' is the same question answered",
-    "2.9": "leak, one step away: the line's 'DCN 2.82 s' is a 4x4 slice's 16 shares; a "
-           "256-chip pod's is that / 16 = 176 ms (the 176 ms beside it, ICI, matches by chance)",
-    "2.14": "coincidence: d_ff = 28672 (70B's F) in the useful-fraction lines, not the "
-            "28,688 tokens of the answer",
-    "3.7": "leak: 'TPU v5p FSDP gather hidden if b >= 2152 tokens/chip' is the question "
-           "for 70B's up projection on a v5p axis",
-}
 # Checked by hand and not matched (their answers have fewer than 3 significant digits):
 # 2.5 (11 hops on a v5e 4x16; the chapter prints 4x4's and 16x16's diameters, not 4x16's)
 # and 2.12 (1.6e-5 s; the chapter prints 1.2 and 30.2 µs for 1 and 30 hops of 10 kB).
@@ -181,8 +166,6 @@ def _allowed(ex_id, token, line):
 
 @pytest.mark.parametrize("ex_id", _numeric())
 def test_the_chapter_does_not_print_the_answer(ex_id):
-    if ex_id in PENDING_CH1_3:
-        pytest.skip(f"pending (chapters 1-3): {PENDING_CH1_3[ex_id]}")
     leaks = [f"  {token} ({words}) in: {line[:90]}" for token, line, words in matches(ex_id)
              if not _allowed(ex_id, token, line)]
     assert not leaks, (f"exercise {ex_id}'s answer {float(get_exercise(ex_id).reference()):.4g}"
@@ -195,14 +178,6 @@ def test_allowed_coincidences_still_occur_and_say_why():
         assert any(t == token and piece in line for t, line, _ in matches(ex_id)), \
             f"stale allow-list entry {ex_id} {token!r} ({piece!r}): remove it"
         assert len(why.split()) >= 6, f"say why {ex_id}'s {token} is a coincidence"
-
-
-def test_pending_entries_are_chapters_1_to_3_still_matched_and_say_why():
-    """A pending exercise that no longer matches was fixed: remove it from the list."""
-    for ex_id, why in PENDING_CH1_3.items():
-        assert ex_id.split(".")[0] in {"1", "2", "3"}, ex_id
-        assert why.startswith(("leak", "coincidence")), ex_id
-        assert matches(ex_id), f"{ex_id} no longer matches: remove it from PENDING_CH1_3"
 
 
 def test_the_matcher_finds_planted_answers_and_only_them():

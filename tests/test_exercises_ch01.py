@@ -13,6 +13,7 @@ from scalebook.exercises import evaluate
 from scalebook.hardware import get_chip
 
 v5e, v5p, v6e, h100 = (get_chip(n) for n in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100"))
+v4 = get_chip("tpu-v4")
 D70, F70 = 8192, 28672     # LLaMA-3 70B d_model, d_ff (paper, Table 3)
 D8, F8 = 4096, 14336       # LLaMA-3 8B d_model, d_ff (paper, Table 3)
 
@@ -45,8 +46,8 @@ RIGHT = {
     "1.3": 1.979e15 / 3.35e12,
     "1.4": smallest_batch(F8, D8, h100.critical_intensity),     # 8B's down projection
     "1.5": smallest_batch(D70, F70, v5e.critical_intensity, sw=1),
-    "1.6": 2 * 1.97e14 / 5e10,
-    "1.7": 512,
+    "1.6": 2 * 2.75e14 / 4.5e10,                 # TPU v4: 12,222
+    "1.7": 384,                                      # TPU v5p (v5e's 512 is all but printed)
     "1.8": "memory",
     "1.11": RATIO_11,
 }
@@ -58,8 +59,8 @@ WRONG = {
     "1.3": [h100.critical_intensity, 1.979e15 / 3.35e12 / 1e3],
     "1.4": [296, 295, RIGHT["1.4"] - 1, RIGHT["1.4"] + 1, 2 * RIGHT["1.4"]],
     "1.5": [smallest_batch(D70, F70, v5e.critical_intensity), RIGHT["1.5"] - 1],
-    "1.6": [1.97e14 / 5e10, 4 * 1.97e14 / 5e10],
-    "1.7": [481, 384, 640],
+    "1.6": [2.75e14 / 4.5e10, 4 * 2.75e14 / 4.5e10],
+    "1.7": [353, 256, 512],
     "1.8": ["compute"],
     "1.11": [1.0, B11, 1 / RATIO_11, BYTES_OWN_11 / v5e.hbm_bandwidth / T_MATH_11,
              RATIO_11 * 1.02],
@@ -68,7 +69,7 @@ WRONG = {
 
 # 1.6: D >= 2C/W. Each slip, and the words its hint must contain (slips that land on the
 # same number share a hint, which names them all).
-C5E, W5E = v5e.bf16_flops, v5e.ici_link_bandwidth
+C5E, W5E = v4.bf16_flops, v4.ici_link_bandwidth       # 1.6's chip (names kept short)
 SLIPS_1_6 = [
     ("1 FLOP per multiply-add", 2 * 2 * C5E / W5E, "1 FLOP per multiply-add"),
     ("both partial sums one way", 2 * 2 * C5E / W5E, "one direction"),
@@ -88,7 +89,7 @@ HINTS = {
     "1.5": [(smallest_batch(D70, F70, v5e.critical_intensity), "bf16 weights"),
             (smallest_batch(D70, F70, v5e.int8_flops / v5e.hbm_bandwidth, sw=1), "bf16 peak")],
     "1.6": [(answer, words) for _, answer, words in SLIPS_1_6],
-    "1.7": [(481, "multiple of 128"), (384, "too small")],
+    "1.7": [(353, "multiple of 128"), (256, "too small")],
     "1.11": [(1.0, "the bytes are not"), (B11, "not B"), (1 / RATIO_11, "other way round"),
              (BYTES_OWN_11 / v5e.hbm_bandwidth / T_MATH_11, "memory time")],
 }
@@ -100,8 +101,8 @@ globals().update(standard_tests(1, RIGHT, WRONG, HINTS, all_hints=True))
 
 def test_estimates_within_tolerance_are_accepted():
     assert evaluate("1.1", 1.2e-3).correct          # rounded to 2 figures
-    assert evaluate("1.6", 7900).correct
-    assert not evaluate("1.6", 8192).correct       # d_model is not the threshold
+    assert evaluate("1.6", 12200).correct
+    assert not evaluate("1.6", 7880).correct       # the v5e's threshold, printed in 1.6
     assert evaluate("1.3", np.float32(591)).correct  # NumPy scalars are numbers too
     assert evaluate("1.8", " Memory ").correct
 
@@ -247,7 +248,7 @@ def test_1_5_int4_variant():
 
 
 def test_1_6_fp32_partial_sums():
-    params = {"psum": "fp32"}                        # two v5e chips, fp32 partial sums
+    params = {"psum": "fp32"}                        # two v4 chips, fp32 partial sums
     assert evaluate("1.6", 4 * C5E / W5E, variant=params).correct
     r = evaluate("1.6", 2 * C5E / W5E, variant=params)      # 2 bytes per element
     assert r.status == "wrong" and "2 bytes per element" in r.message, r

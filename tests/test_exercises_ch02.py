@@ -26,6 +26,7 @@ def _llama_bytes(name="llama3-70b"):
 
 W70 = _llama_bytes("llama3-70b")
 W405 = _llama_bytes("llama3-405b")
+W405 = _llama_bytes("llama3-405b")
 LAT = 6 * 1e-6                  # 2.12: 6 hops of 1e-6 s
 SEND = 1e6 / (2 * V5E.ici_link_bandwidth)
 S6 = V6E.mxu_size
@@ -42,9 +43,9 @@ RIGHT = {
     # 2.7 decode floor on v6e 4x4
     "2.7": W70 / (16 * V6E.hbm_bandwidth),
     # 2.8 PCIe load into v5e 4x4: one PCIe link per chip
-    "2.8": W70 / 16 / V5E.pcie_bandwidth,
+    "2.8": W405 / 64 / V5E.pcie_bandwidth,         # 405B on an 8x8 (70B's is printed)
     # 2.9 DCN copy between two v5e pods (256 chips each)
-    "2.9": W70 / (256 * V5E.dcn_bandwidth),
+    "2.9": W405 / (256 * V5E.dcn_bandwidth),
     # 2.10 PCIe is faster per chip than DCN on v5e
     "2.10": "pcie",
     # 2.11 ratio of the HBM floors: (W / 16 v5e) / (W / 8 H100)
@@ -65,8 +66,9 @@ WRONG = {
             math.ceil(W405 / (V5E.hbm_bytes / 1e9 * 2**30)), math.ceil(W70 / V5E.hbm_bytes)],
     "2.7": [W70 / V6E.hbm_bandwidth, RIGHT["2.7"] * 2, RIGHT["2.7"] * 1e3,
             W70 / (16 * V5E.hbm_bandwidth)],
-    "2.8": [W70 / V5E.pcie_bandwidth, W70 / 2 / V5E.pcie_bandwidth, RIGHT["2.8"] / 1e3],
-    "2.9": [W70 / V5E.dcn_bandwidth, W70 / (256 * V5E.ici_link_bandwidth), RIGHT["2.9"] * 8],
+    "2.8": [W405 / V5E.pcie_bandwidth, W405 / 8 / V5E.pcie_bandwidth, RIGHT["2.8"] / 1e3],
+    "2.9": [W405 / V5E.dcn_bandwidth, W405 / (256 * V5E.ici_link_bandwidth), RIGHT["2.9"] * 8,
+            W70 / (256 * V5E.dcn_bandwidth)],
     "2.10": ["dcn"],
     "2.11": [1 / RIGHT["2.11"], H100.hbm_bandwidth / V5E.hbm_bandwidth],
     "2.12": [LAT + 2 * SEND, SEND, 2e-6 + SEND, 1e-6 + SEND, 6 * SEND, LAT + 6 * SEND,
@@ -87,8 +89,9 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (math.ceil(W70 / V5E.hbm_bytes), "405B")],
     "2.7": [(W70 / V6E.hbm_bandwidth, "16 chips"), (W70 / (16 * V5E.hbm_bandwidth), "v5e"),
             (W70 / 2 / (16 * V6E.hbm_bandwidth), "2 bytes")],
-    "2.8": [(W70 / V5E.pcie_bandwidth, "all 16"), (W70 / 2 / V5E.pcie_bandwidth, "per chip")],
-    "2.9": [(W70 / V5E.dcn_bandwidth, "share"), (W70 / (256 * V5E.ici_link_bandwidth), "no ICI")],
+    "2.8": [(W405 / V5E.pcie_bandwidth, "all 64"), (W405 / 8 / V5E.pcie_bandwidth, "per chip")],
+    "2.9": [(W405 / V5E.dcn_bandwidth, "share"), (W405 / (256 * V5E.ici_link_bandwidth), "no ICI"),
+            (W70 / (256 * V5E.dcn_bandwidth), "70B's copy")],
     "2.11": [(1 / RIGHT["2.11"], "upside down"),
              (H100.hbm_bandwidth / V5E.hbm_bandwidth, "one chip with one chip")],
     "2.12": [(LAT + 2 * SEND, "two links"),             # one link

@@ -20,6 +20,7 @@ from scalebook.hardware import get_chip  # noqa: E402
 
 v5e, v5p = get_chip("tpu-v5e"), get_chip("tpu-v5p")
 W5e, W5p, C5p = v5e.ici_link_bandwidth, v5p.ici_link_bandwidth, v5p.bf16_flops
+C4, W4 = get_chip("tpu-v4").bf16_flops, get_chip("tpu-v4").ici_link_bandwidth
 # LLaMA-3 70B (paper, Table 3; heads from the reference code): d, F, query heads, kv heads, head dim
 D, F, H, K, h = 8192, 28672, 64, 8, 128
 W_UP = D * F * 2                                     # bf16 bytes of one MLP matrix
@@ -45,7 +46,7 @@ RIGHT = {
     "3.4": "all-gather",
     "3.5": "all-to-all",
     "3.6": A2A * 16 / 8 / W5e,                       # even n on a torus: busiest link V n / 8
-    "3.7": 15 / 16 * C5p / (2 * W5p),                # (15/16) D F s / 2W  =  B 2 D F / C
+    "3.7": 15 / 16 * C4 / (2 * W4),                  # (15/16) D F s / 2W  =  B 2 D F / C
     "3.8": 63 / 64 * LAYER405 / (2 * W5p * 3),        # 405B: the chapter prints 70B's
     "3.9": (2 * 7 / 8 * 4096 * D * 2 / (2 * W5p)) / (3 * 2 * 4096 * D * F / 8 / C5p),
     "3.13": AR_BW + 2 * 15 * T_HOP,                  # 2 (n - 1) hops
@@ -72,7 +73,8 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "3.2": [(2 * RIGHT["3.2"], "one-way ring"), (RIGHT["3.2"] / 2, "reduce-scatter and then")],
     # one way round a ring: a block for d steps away crosses d links (sum: n (n - 1) / 2)
     "3.6": [(15 / 16 * A2A / (2 * W5e), "min(d, n - d)"), (A2A * 15 / 2 / W5e, "one-way ring")],
-    "3.7": [(2 * RIGHT["3.7"], "one-way ring"), (16 / 15 * RIGHT["3.7"], "(n - 1) / n")],
+    "3.7": [(2 * RIGHT["3.7"], "one-way ring"), (16 / 15 * RIGHT["3.7"], "(n - 1) / n"),
+            (15 / 16 * C5p / (2 * W5p), "v5p's threshold")],
     "3.8": [(3 * RIGHT["3.8"], "three"), (2 * RIGHT["3.8"], "all-reduce"),
             (63 / 64 * LAYER / (2 * W5p * 3), "70B")],
     "3.9": [(3 * RIGHT["3.9"], "three matmuls"), (1.5 * RIGHT["3.9"], "gated")],
@@ -119,7 +121,8 @@ def test_3_2_cancelling_mistakes_coincide_with_the_right_answer():
 
 
 def test_rounded_estimates_pass():
-    assert evaluate("3.7", 2150).correct
+    assert evaluate("3.7", round(RIGHT["3.7"])).correct
+    assert not evaluate("3.7", 2152).correct        # the v5p's, printed in section 3.5
     assert evaluate("3.1", 4.4e8).correct
 
 

@@ -297,11 +297,17 @@ def _ex6_hints(chip, psum="bf16"):
     ]
 
 
+def _ex6_not_printed(chip, psum):
+    """Section 1.6 prints these chips' thresholds for bf16 partial sums (one link)."""
+    return not (psum == "bf16" and chip in ("tpu-v5e", "tpu-v5p", "tpu-v6e", "gpu-h100"))
+
+
 register(VariedNumericExercise(
     id="1.6", title="When does the all-reduce hide?", unit="elements of D", rtol=0.03,
-    params={"chip": "tpu-v5e", "psum": "bf16"},
+    # v4, not v5e: section 1.6 prints the bf16 threshold of v5e, v5p, v6e and the H100
+    params={"chip": "tpu-v4", "psum": "bf16"},
     choose={"chip": _ALL_CHIPS, "psum": tuple(_PSUM_BYTES)},
-    solve=_ex6, hints_for=_ex6_hints,
+    solve=_ex6, hints_for=_ex6_hints, valid=_ex6_not_printed,
     describe=lambda chip, psum: {
         "chip_name": get_chip(chip).display_name,
         "link": "ICI" if chip.startswith("tpu") else "NVLink",
@@ -348,6 +354,8 @@ def _ex7_hints(n, chip):
 
 
 def _ex7_ok(n, chip):
+    if (n, chip) == (16384, "tpu-v5e"):        # all but answered by section 1.5's example
+        return False
     try:
         _tile_answer(n, chip)
     except ValueError:
@@ -357,7 +365,9 @@ def _ex7_ok(n, chip):
 
 register(VariedNumericExercise(
     id="1.7", title="Tile size for a compute-bound matmul", unit="elements", integer=True,
-    params={"n": 16384, "chip": "tpu-v5e"},
+    # v5p, not v5e: section 1.5's v5e example (tiles 512x512, intensity 248 against
+    # I* = 241) all but answers it for the v5e
+    params={"n": 16384, "chip": "tpu-v5p"},
     choose={"n": (2048, 4096, 8192, 16384, 32768), "chip": _ALL_CHIPS},
     solve=_tile_answer, hints_for=_ex7_hints, valid=_ex7_ok,
     describe=lambda n, chip: {"chip_name": get_chip(chip).display_name,

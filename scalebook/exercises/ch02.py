@@ -376,14 +376,16 @@ def _ex8_hints(model, chip, shape):
 
 
 register(VariedNumericExercise(
-    id="2.8", title="Loading LLaMA-3-70B over PCIe", unit="s",
-    params={"model": "llama3-70b", "chip": "tpu-v5e", "shape": "4x4"},
+    # 405B on an 8x8, not 70B on the 4x4 whose PCIe load section 2.6 prints
+    id="2.8", title="Loading LLaMA-3 405B over PCIe", unit="s",
+    params={"model": "llama3-405b", "chip": "tpu-v5e", "shape": "8x8"},
     choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES},
     solve=_ex8, hints_for=_ex8_hints,
     # More than one host (else per chip and per host are the same), and room in HBM.
     valid=lambda model, chip, shape: (
         _shape_fits(chip, shape) and _fits(model, chip, shape)
-        and topology.slice_info(chip, shape).hosts > 1),
+        and topology.slice_info(chip, shape).hosts > 1
+        and (model, chip, shape) != ("llama3-70b", "tpu-v5e", "4x4")),     # printed
     describe=_slice_words,
     variant_title="Loading {model_title} over PCIe",
     statement="The bf16 weights of {model_title} sit in host memory, and each chip of "
@@ -394,18 +396,26 @@ register(VariedNumericExercise(
 
 
 # 2.9 ------------------------------------------------------------------------------------
-def _dcn_copy(n_chips):
-    return _weights_70b() / (n_chips * get_chip("tpu-v5e").dcn_bandwidth)
+def _dcn_copy(n_chips, model="llama3-405b"):
+    """Each of ``n_chips`` v5e chips sends its share of ``model``'s bf16 weights over DCN.
+    405B, not 70B: section 2.6 prints 70B's DCN time on a 4x4 slice, a pod's is / 16."""
+    return get_model(model).weight_bytes(2) / (n_chips * get_chip("tpu-v5e").dcn_bandwidth)
+
+
+def _pod():
+    return get_chip("tpu-v5e").ici_domain_chips
 
 
 register(NumericExercise(
-    id="2.9", title="Copying LLaMA-3-70B between two v5e pods over DCN", unit="s",
-    reference=lambda: _dcn_copy(get_chip("tpu-v5e").ici_domain_chips),
+    id="2.9", title="Copying LLaMA-3 405B between two v5e pods over DCN", unit="s",
+    reference=lambda: _dcn_copy(_pod()),
     hints=[
         (lambda a: _close(a, _dcn_copy(1)), "each of the pod's chips sends its own share at once."),
-        (lambda a: _close(a, _weights_70b() / (get_chip("tpu-v5e").ici_domain_chips
-                                               * get_chip("tpu-v5e").ici_link_bandwidth)),
+        (lambda a: _close(a, get_model("llama3-405b").weight_bytes(2)
+                          / (_pod() * get_chip("tpu-v5e").ici_link_bandwidth)),
          "between pods there is no ICI; the bytes cross the data-centre network."),
+        (lambda a: _close(a, _dcn_copy(_pod(), "llama3-70b")),
+         "that is LLaMA-3 70B's copy; this one moves 405B's weights."),
     ],
 ))
 
