@@ -235,6 +235,28 @@ def _device_of(process_name: str):
     return int(m.group(2))
 
 
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+
+
+def _leaves(ops: list) -> list:
+    """The op events without the control-flow ops that enclose others of their thread: a
+    while loop (XLA:CPU's ``while.5``) spans the ops of its body, which are traced too,
+    so counting it as well would count that time twice."""
+    by_thread = defaultdict(list)
+    for op in ops:
+        by_thread[(op[2], op[3])].append(op)
+    out = []
+    for evs in by_thread.values():
+        evs.sort(key=lambda o: (o[4], -o[5]))
+        for i, op in enumerate(evs):
+            name, ts, dur = op[0], op[4], op[5]
+            if _base_name(name) in _CONTROL_FLOW and any(
+                    o[4] < ts + dur for o in evs[i + 1:i + 2]):
+                continue
+            out.append(op)
+    return out
+
+
 def load_trace(source, keep_runtime: bool = False) -> "Trace":
     """Parse a Chrome/Perfetto JSON trace into a :class:`Trace` of HLO-op events.
 
@@ -256,6 +278,9 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
       ``--xla_gpu_enable_command_buffer=`` turns command buffers off for profiling).
     * **CPU** (no device process; XLA:CPU runs ops on host threads): events whose
       ``args`` name an ``hlo_op``, on the device of their ``args.device_ordinal``.
+
+    A control-flow op (``while``, ``conditional``, ``call``) whose body's ops are traced
+    inside it is left out, so that no time is counted twice.
 
     Named annotations (``jax.profiler.TraceAnnotation`` / ``StepTraceAnnotation``) on the
     host's Python thread are kept in ``Trace.annotations``. A file that is not JSON, has
@@ -330,6 +355,7 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
                 if i >= 0 and mods[i][1] >= ts:
                     module = mods[i][2]
             ops.append((op, module, dev, thread, ts, dur, kernel))
+    ops = _leaves(ops)
     if not ops:
         if on_device:
             raise TraceError("the trace's device events name no HLO op (no args.hlo_op, no "

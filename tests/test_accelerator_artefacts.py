@@ -177,6 +177,32 @@ def test_gpu_loader_synthetic_forms():
         profiling.load_trace({"traceEvents": base + [host_launch, graph]})
 
 
+def test_a_loop_is_not_counted_on_top_of_its_body():
+    """XLA:CPU traces a while loop as one op spanning the ops of its body: the loader keeps
+    the body's ops and leaves the loop out, so no time counts twice."""
+    def scanned(w, x):
+        return jax.lax.scan(lambda c, wi: (jnp.tanh(c @ wi), None), x, w)[0]
+
+    f = jax.jit(scanned)
+    w, x = jnp.ones((4, 64, 64)), jnp.ones((16, 64))
+    cats = hlo.op_categories(f.lower(w, x).compile())
+    assert any(n.startswith("while") for n in cats)
+    t = profiling.capture(f, w, x, steps=2)
+    assert not any(e.name.startswith("while") for e in t.events)
+    (mm,) = [r for r in t.summary("op") if cats.get(r.key) == "matmul"]
+    assert mm.count == 2 * 4                        # 2 steps x 4 iterations
+    assert sum(e.duration for e in t.events) <= t.busy_time(0) * (1 + 1e-9)
+    # only control flow is dropped: a TPU op with instant events at its start stays
+    ev = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:TPU:0"}},
+          {"ph": "M", "pid": 1, "tid": 3, "name": "thread_name", "args": {"name": "XLA Ops"}},
+          {"ph": "X", "pid": 1, "tid": 3, "ts": 10, "dur": 100, "name": "copy-done.5"},
+          {"ph": "X", "pid": 1, "tid": 3, "ts": 10, "dur": 1e-6, "name": "fusion"},
+          {"ph": "X", "pid": 1, "tid": 3, "ts": 200, "dur": 50, "name": "while.2"},
+          {"ph": "X", "pid": 1, "tid": 3, "ts": 201, "dur": 20, "name": "fusion.1"}]
+    names = [e.name for e in profiling.load_trace({"traceEvents": ev}).events]
+    assert names == ["copy-done.5", "fusion", "fusion.1"]
+
+
 # ------------------------------------------------------------------------------------------
 # Real HLO: GPU gemms, convolutions and attention; TPU host offload and all-reduce
 # ------------------------------------------------------------------------------------------
