@@ -1024,7 +1024,7 @@ def ops(compiled) -> list[Op]:
             category = _category(ins, comps)
             called = tuple(_called(ins))
             flops = _own_flops(ins, table)
-            if ins.opcode in _WRAPPERS - {"call"}:
+            if ins.opcode in ("fusion", "async-start"):   # an async pair counts once
                 flops += sum(_inner_flops(c, comps, table) for c in called)
             if category in ("bookkeeping", "control flow") or ins.opcode == "bitcast":
                 nbytes = 0.0

@@ -340,6 +340,24 @@ ENTRY %main (a: bf16[64,256], b: bf16[256,128], c: f32[8,64,32], d: f32[8,32,16]
 """
 
 
+ASYNC_GEMM = """
+HloModule jit_async_gemm, is_scheduled=true
+
+%wrapped_gemm (p: f32[64,32], q: f32[32,16]) -> f32[64,16] {
+  %p = f32[64,32]{1,0} parameter(0)
+  %q = f32[32,16]{1,0} parameter(1)
+  ROOT %dot.9 = f32[64,16]{1,0} dot(%p, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[64,32], b: f32[32,16]) -> f32[64,16] {
+  %a = f32[64,32]{1,0} parameter(0)
+  %b = f32[32,16]{1,0} parameter(1)
+  %dot-start = ((f32[64,32]{1,0}, f32[32,16]{1,0}), f32[64,16]{1,0}) async-start(%a, %b), calls=%wrapped_gemm
+  ROOT %dot-done = f32[64,16]{1,0} async-done(%dot-start), calls=%wrapped_gemm
+}
+"""
+
+
 def test_gpu_gemm_custom_calls_and_triton_fusions_are_matmuls():
     ops = {o.name: o for o in hlo.ops(GPU_FORMS)}
     gemm = ops["cublas-gemm.1"]
@@ -352,6 +370,11 @@ def test_gpu_gemm_custom_calls_and_triton_fusions_are_matmuls():
     assert ops["fmha.3"].category == "attention"
     assert ops["reduce-scatter-start"].category == "collective"
     assert ops["reduce-scatter-done"].category == "collective"
+    # an async gemm (start / done around a wrapped computation) counts its FLOPs once
+    pair = hlo.ops(ASYNC_GEMM)[2:]
+    assert [(o.opcode, o.category) for o in pair] == [("async-start", "matmul"),
+                                                      ("async-done", "matmul")]
+    assert sum(o.flops for o in pair) == 2 * 64 * 16 * 32
     assert profiling.op_kind("cublas-lt-matmul.2") == "matmul"        # by name too
 
 
