@@ -9,10 +9,14 @@
 * :func:`cost` -- ``compiled.cost_analysis()`` as one dict on every JAX version;
   :func:`xla_flops` -- the FLOPs XLA counts for ``jax.jit(fn)(*args)``;
   :func:`matmul_flops_traced` -- the FLOPs of the ``dot_general`` ops of a traced program.
-* :func:`memory` -- ``compiled.memory_analysis()`` as a small record of byte counts.
+* :func:`memory` -- ``compiled.memory_analysis()`` as a small record of byte counts
+  (XLA's peak and the host-memory counts of host offload included).
 * :func:`ops` -- the instructions that run as separate steps (what a profiler trace shows),
-  one :class:`Op` each with its category, FLOPs (of the dots inside) and bytes (operands +
-  result); :func:`fusions`, :func:`count_fusions`, :func:`op_categories` (chapter 9).
+  one :class:`Op` each with its category, FLOPs (of the dots, convolutions and gemm
+  custom-calls inside) and bytes (operands + result); :func:`fusions`,
+  :func:`count_fusions`, :func:`op_categories` (chapter 9). They read the HLO of any
+  backend: XLA:CPU's, a GPU's (cuBLAS/cuDNN custom-calls, Triton gemm fusions) or a
+  TPU's (collectives fused into ``kind=kCustom`` fusions, layouts such as ``S(1)``).
 
 What a comparison with these verifies: the kinds, shapes, dtypes and replica groups are
 XLA's own; a byte count derived from those shapes with :func:`scalebook.collectives.ring_bytes`
@@ -639,7 +643,16 @@ class MemoryUse:
     arguments: the inputs; outputs: the results; temporaries: scratch space XLA allocates
     while the program runs; aliased: output bytes that reuse an input's buffer (donation);
     generated_code: the program itself. ``peak`` = arguments + outputs + temporaries -
-    aliased, the footprint while the program runs (an upper bound: XLA may free inputs early).
+    aliased, the footprint while the program runs (an upper bound: XLA may free inputs
+    early).
+
+    peak_memory: XLA's own ``peak_memory_in_bytes``, the peak it computes from its buffer
+    assignment (0 where the backend does not report it). Read it on a TPU or GPU. On
+    XLA:CPU it leaves the temporary buffer out (it comes within a few bytes of arguments +
+    outputs - aliased: chapter 9 shows it), so the book's CPU checks use ``peak``.
+    host_*: the same counts for arrays in host memory (host offload: arguments and
+    outputs with ``memory_kind="pinned_host"``, activations a remat policy offloads); 0
+    without offload.
     """
 
     arguments: int
@@ -647,22 +660,45 @@ class MemoryUse:
     temporaries: int
     aliased: int
     generated_code: int
+    peak_memory: int = 0
+    host_arguments: int = 0
+    host_outputs: int = 0
+    host_temporaries: int = 0
+    host_aliased: int = 0
+    host_generated_code: int = 0
 
     @property
     def peak(self) -> int:
         return self.arguments + self.outputs + self.temporaries - self.aliased
 
+    @property
+    def host_total(self) -> int:
+        """Host-memory bytes of the program: arguments + outputs + temporaries - aliased."""
+        return (self.host_arguments + self.host_outputs + self.host_temporaries
+                - self.host_aliased)
+
 
 def memory(compiled) -> MemoryUse:
-    """``compiled.memory_analysis()`` as a :class:`MemoryUse` (bytes per device)."""
+    """``compiled.memory_analysis()`` as a :class:`MemoryUse` (bytes per device), with
+    XLA's peak (``peak_memory_in_bytes``) and the host-memory fields (``host_*``)."""
     _require_compiled(compiled, "memory")
     m = compiled.memory_analysis()
     if m is None:
         raise ValueError("memory: this backend gives no memory analysis for the program")
+
+    def get(name):
+        return int(getattr(m, name, 0) or 0)
+
     return MemoryUse(
-        arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
-        temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes),
-        generated_code=int(getattr(m, "generated_code_size_in_bytes", 0)))
+        arguments=get("argument_size_in_bytes"), outputs=get("output_size_in_bytes"),
+        temporaries=get("temp_size_in_bytes"), aliased=get("alias_size_in_bytes"),
+        generated_code=get("generated_code_size_in_bytes"),
+        peak_memory=get("peak_memory_in_bytes"),
+        host_arguments=get("host_argument_size_in_bytes"),
+        host_outputs=get("host_output_size_in_bytes"),
+        host_temporaries=get("host_temp_size_in_bytes"),
+        host_aliased=get("host_alias_size_in_bytes"),
+        host_generated_code=get("host_generated_code_size_in_bytes"))
 
 
 # ------------------------------------------------------------------------------------------
@@ -677,8 +713,15 @@ _DATA_MOVEMENT = {"copy", "transpose", "bitcast", "reshape", "broadcast", "slice
 _BOOKKEEPING = {"parameter", "constant", "tuple", "get-tuple-element", "after-all",
                 "partition-id", "replica-id", "opt-barrier"}
 _CONTROL = {"while", "conditional", "call"}
-OP_CATEGORIES = ("matmul", "collective", "elementwise", "data movement", "control flow",
-                 "bookkeeping")
+OP_CATEGORIES = ("matmul", "attention", "collective", "elementwise", "data movement",
+                 "control flow", "bookkeeping")
+# Custom-call targets that are matrix multiplications (cuBLAS / cuBLASLt / hipBLASLt gemms;
+# XLA:GPU calls them __cublas$... on ROCm too) and convolutions (cuDNN / MIOpen).
+_GEMM_TARGET = re.compile(r"gemm|matmul", re.IGNORECASE)
+_CONV_TARGET = re.compile(r"^__cudnn\$conv")
+_ATTENTION_TARGET = re.compile(r"fmha|attn|attention|flash", re.IGNORECASE)
+# Opcodes that wrap a called computation: what they run is what that computation holds.
+_WRAPPERS = {"fusion", "call", "async-start", "async-update", "async-done"}
 
 
 @dataclass(frozen=True)
@@ -688,11 +731,14 @@ class Op:
     name: the HLO instruction name (the name a profiler trace shows); opcode: e.g. "fusion",
     "dot", "all-reduce"; fusion_kind: "kLoop", "kInput", "kOutput", "kCustom" (fusions only);
     shape: the result type, e.g. "f32[64,128]" (layouts dropped); operands: the operand names;
-    category: one of :data:`OP_CATEGORIES` (a fusion that contains a dot or convolution is
-    a "matmul"); flops: 2 x (result size) x (contracted size) summed over the dots inside (0
-    for other ops: elementwise arithmetic is not counted here); bytes: operand + result bytes
-    (each crossing memory once, the fusion boundary model); count: times it runs (while-loop
-    trip counts); computation: where it sits; called: the computations it calls.
+    category: one of :data:`OP_CATEGORIES` (:func:`ops` says how each is decided);
+    flops: the matrix FLOPs inside, as XLA's cost analysis counts them (dots: 2 x result
+    size x contracted size; convolutions: 2 x the multiply-adds of the valid window
+    positions; gemm custom-calls from their shapes; 0 for other ops: elementwise
+    arithmetic is not counted here); bytes: operand + result bytes (each crossing memory
+    once, the fusion boundary model; a gemm's or convolution's scratch workspace left out);
+    count: times it runs (while-loop trip counts); computation: where it sits; called: the
+    computations it calls.
     """
 
     name: str
@@ -748,42 +794,186 @@ def _called(ins) -> list[str]:
     return out
 
 
+def _dims(shape: str) -> list[int]:
+    return [int(x) for x in shape.split("[")[1].rstrip("]").split(",") if x]
+
+
+def _target(ins) -> str:
+    return (_attr(ins.attrs, "custom_call_target") or "").strip('"')
+
+
+def _backend_kind(ins) -> str:
+    """The "kind" of a fusion's backend config (``__triton_gemm``...), or ""."""
+    m = re.search(r'"kind"\s*:\s*"([^"]*)"', ins.attrs)
+    return m.group(1) if m else ""
+
+
+def _operand_shape(ins, table, i):
+    if i >= len(ins.operands) or ins.operands[i] not in table:
+        return None
+    shapes = _shapes(table[ins.operands[i]].type_text)
+    return shapes[0] if shapes else None
+
+
+def _gemm_flops(ins, table) -> float:
+    """2 x (result elements) x (contracted elements) of a gemm custom-call: the contracting
+    dimensions are in its backend config's dot_dimension_numbers."""
+    out, lhs = _shapes(ins.type_text), _operand_shape(ins, table, 0)
+    if not out or lhs is None:
+        return 0.0
+    m = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', ins.attrs)
+    if not m:
+        return 0.0
+    dims = _dims(lhs)
+    k = math.prod(dims[int(i)] for i in re.findall(r"\d+", m.group(1)))
+    return 2.0 * math.prod(_dims(out[0])) * k
+
+
+def _window(attrs: str) -> list[dict]:
+    """The window={size=.. stride=.. pad=.. lhs_dilate=.. rhs_dilate=..} of a convolution,
+    one dict per spatial dimension."""
+    text = _attr(attrs, "window") or ""
+    fields = dict(re.findall(r"(\w+)=([0-9_x\-]+)", text))
+    n = len(fields["size"].split("x")) if "size" in fields else 0
+    dims = [{"size": 1, "stride": 1, "lo": 0, "lhs_dilate": 1, "rhs_dilate": 1}
+            for _ in range(n)]
+    for key in ("size", "stride", "lhs_dilate", "rhs_dilate"):
+        for d, v in zip(dims, fields.get(key, "").split("x") if key in fields else []):
+            d[key] = int(v)
+    if "pad" in fields:
+        for d, v in zip(dims, fields["pad"].split("x")):
+            d["lo"] = int(v.split("_")[0])
+    return dims
+
+
+def _valid_positions(n_in, n_out, w) -> int:
+    """(output, kernel) index pairs of one spatial dimension that read a real input element
+    (not padding, not a hole of lhs dilation): XLA's HloCostAnalysis count."""
+    o = np.arange(n_out)[:, None]
+    k = np.arange(w["size"])[None, :]
+    pos = o * w["stride"] - w["lo"] + k * w["rhs_dilate"]
+    d = w["lhs_dilate"]
+    ok = (pos % d == 0) & (pos >= 0) & (pos // d < n_in)
+    return int(ok.sum())
+
+
+def _conv_count(inp: str, kernel: str, out: str, attrs: str) -> float:
+    """FLOPs of a convolution with input, kernel and output shapes ``inp``, ``kernel``,
+    ``out`` and the window / dim_labels / group counts of ``attrs``: 2 x (input features
+    per group) x (output features) x (batch / batch groups) x the valid window positions
+    of every spatial dimension, as XLA's cost analysis counts them."""
+    labels = _attr(attrs, "dim_labels") or ""
+    m = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels.strip())
+    if not m:
+        return 0.0
+    lhs_l, _, out_l = m.groups()
+    x, y = _dims(inp), _dims(out)
+    if len(x) != len(lhs_l) or len(y) != len(out_l):
+        return 0.0
+    fgc = int(_attr(attrs, "feature_group_count") or 1)
+    bgc = int(_attr(attrs, "batch_group_count") or 1)
+    window = _window(attrs)
+    spatial = sorted(c for c in lhs_l if c.isdigit())
+    if len(window) != len(spatial):
+        return 0.0
+    positions = 1
+    for c, w in zip(spatial, window):
+        positions *= _valid_positions(x[lhs_l.index(c)], y[out_l.index(c)], w)
+    fma = (x[lhs_l.index("f")] // fgc) * y[out_l.index("f")] * \
+        (x[lhs_l.index("b")] // bgc) * positions
+    return 2.0 * fma
+
+
+def _conv_flops(ins, table) -> float:
+    """FLOPs of a ``convolution`` instruction or of a cuDNN/MIOpen convolution custom-call.
+    A backward convolution's window and dim_labels are those of the forward one, so its
+    operands and result are put back in the forward roles (input, kernel, output) first."""
+    res = _shapes(ins.type_text)
+    a, b = _operand_shape(ins, table, 0), _operand_shape(ins, table, 1)
+    if not res or a is None or b is None:
+        return 0.0
+    target = _target(ins) if ins.opcode == "custom-call" else ""
+    if "BackwardInput" in target:
+        inp, kernel, out = res[0], b, a
+    elif "BackwardFilter" in target:
+        inp, kernel, out = a, res[0], b
+    else:
+        inp, kernel, out = a, b, res[0]
+    return _conv_count(inp, kernel, out, ins.attrs)
+
+
+def _own_flops(ins, table) -> float:
+    """Matrix FLOPs of one instruction (not looking inside called computations)."""
+    if ins.opcode == "dot":
+        return _dot_flops(ins, table)
+    if ins.opcode == "convolution":
+        return _conv_flops(ins, table)
+    if ins.opcode == "custom-call":
+        target = _target(ins)
+        if _CONV_TARGET.search(target):
+            return _conv_flops(ins, table)
+        if _GEMM_TARGET.search(target):
+            return _gemm_flops(ins, table)
+    return 0.0
+
+
 def _inner_flops(comp, comps, table, depth=0) -> float:
     if depth > 16:
         return 0.0
     total = 0.0
     for ins in comps.get(comp, []):
-        if ins.opcode == "dot":
-            total += _dot_flops(ins, table)
-        elif ins.opcode in ("fusion", "call"):
+        total += _own_flops(ins, table)
+        if ins.opcode in _WRAPPERS:
             for c in _called(ins):
                 total += _inner_flops(c, comps, table, depth + 1)
     return total
 
 
-def _has_matmul(comp, comps, depth=0) -> bool:
+def _own_kind(ins) -> str | None:
+    """"collective", "matmul" or "attention" for an instruction that is one by itself."""
+    op = ins.opcode
+    base = op[: -len(_START_SUFFIX)] if op.endswith(_START_SUFFIX) else \
+        op[: -len(_DONE_SUFFIX)] if op.endswith(_DONE_SUFFIX) else op
+    if base in KINDS or base in ("ragged-all-to-all", "collective-broadcast"):
+        return "collective"
+    if op in ("dot", "convolution"):
+        return "matmul"
+    if op == "custom-call":
+        target = _target(ins)
+        if _CONV_TARGET.search(target) or _GEMM_TARGET.search(target):
+            return "matmul"
+        if _ATTENTION_TARGET.search(target):
+            return "attention"
+    if op == "fusion" and "gemm" in _backend_kind(ins):
+        return "matmul"          # a Triton gemm fusion (__triton_gemm, ..._gemm_fusion)
+    return None
+
+
+def _holds(comp, comps, kind, depth=0) -> bool:
+    """Whether computation ``comp`` (or one it calls) holds an instruction of ``kind``."""
     if depth > 16:
         return False
     for ins in comps.get(comp, []):
-        if ins.opcode in ("dot", "convolution"):
+        if _own_kind(ins) == kind:
             return True
-        if ins.opcode in ("fusion", "call") and any(_has_matmul(c, comps, depth + 1)
-                                                      for c in _called(ins)):
+        if ins.opcode in _WRAPPERS and any(_holds(c, comps, kind, depth + 1)
+                                           for c in _called(ins)):
             return True
     return False
 
 
 def _category(ins, comps) -> str:
+    own = _own_kind(ins)
+    if own is not None:
+        return own
     op = ins.opcode
-    base = op[: -len(_START_SUFFIX)] if op.endswith(_START_SUFFIX) else \
-        op[: -len(_DONE_SUFFIX)] if op.endswith(_DONE_SUFFIX) else op
-    if base in KINDS:
-        return "collective"
-    if op in ("dot", "convolution"):
-        return "matmul"
-    if op == "fusion":
-        if any(_has_matmul(c, comps) for c in _called(ins)):
-            return "matmul"
+    if op in _WRAPPERS - {"call"}:
+        called = _called(ins)
+        # A fusion or async wrapper is what it runs: a collective first (TPU's
+        # kind=kCustom, calls=%all-reduce-scatter.3), then a matmul, then attention.
+        for kind in ("collective", "matmul", "attention"):
+            if any(_holds(c, comps, kind) for c in called):
+                return kind
         return "elementwise"
     if op in _CONTROL:
         return "control flow"
@@ -800,7 +990,17 @@ def ops(compiled) -> list[Op]:
     fusions), in program order, one :class:`Op` each.
 
     These are the names a profiler trace of the program shows (``ynn_fusion.3``,
-    ``all-reduce``, ...). ``compiled`` is a ``jax.stages.Compiled`` or its HLO text.
+    ``all-reduce``, ...). ``compiled`` is a ``jax.stages.Compiled`` or its HLO text (of
+    any backend: a GPU or TPU dump reads the same way).
+
+    Categories: collectives by opcode (async ``-start``/``-done`` halves included);
+    ``dot``, ``convolution`` and gemm/convolution custom-calls (``__cublas$gemm``,
+    ``__cublas$lt$matmul``, ``__cudnn$conv...``) are matmuls, fused-attention
+    custom-calls (cuDNN ``fmha``, Transformer Engine ``te_fused_attn``...) attention; a
+    fusion (or async wrapper) is what its called computation holds: a collective first
+    (TPU's ``fusion.3 ... kind=kCustom, calls=%all-reduce-scatter.3``), else a matmul (a
+    dot or convolution inside, or a Triton gemm fusion, ``__triton_gemm``), else
+    attention, else elementwise.
     """
     comps, entry, table = _module(compiled)
     if entry is None:
@@ -823,14 +1023,18 @@ def ops(compiled) -> list[Op]:
             shape = " ".join(_shapes(ins.type_text)) or ins.type_text.split("{")[0]
             category = _category(ins, comps)
             called = tuple(_called(ins))
-            flops = _dot_flops(ins, table) if ins.opcode == "dot" else \
-                sum(_inner_flops(c, comps, table) for c in called) if ins.opcode == "fusion" else 0.0
+            flops = _own_flops(ins, table)
+            if ins.opcode in ("fusion", "async-start"):   # an async pair counts once
+                flops += sum(_inner_flops(c, comps, table) for c in called)
             if category in ("bookkeeping", "control flow") or ins.opcode == "bitcast":
                 nbytes = 0.0
             else:
                 operand_bytes = sum(_sum_bytes(_shapes(table[o].type_text))
                                     for o in ins.operands if o in table)
-                nbytes = operand_bytes + _sum_bytes(_shapes(ins.type_text))
+                result = _shapes(ins.type_text)
+                if ins.opcode == "custom-call" and category == "matmul" and len(result) > 1:
+                    result = result[:1]      # the (result, workspace) tuple of a gemm/conv
+                nbytes = operand_bytes + _sum_bytes(result)
             fk = (_attr(ins.attrs, "kind") or "") if ins.opcode == "fusion" else ""
             out.append(Op(name=ins.name, opcode=ins.opcode, shape=shape,
                           operands=tuple(ins.operands), category=category, flops=float(flops),

@@ -6,7 +6,8 @@ and predict the profile a real chip would show (chapter 9).
   trace (``perfetto_trace.json.gz``) that JAX writes there; :func:`load_trace` parses such a
   file (or its decoded JSON) and fails with :class:`TraceError` on a malformed or empty one.
 * :class:`Trace` holds one :class:`OpEvent` per executed HLO op (name, device, thread,
-  start, duration); :meth:`Trace.summary` sums them by op, by kind or by device
+  start, duration), read from a CPU, GPU or TPU trace (:func:`load_trace` says how each
+  is read); :meth:`Trace.summary` sums them by op, by kind or by device
   (:class:`OpSummary`); :func:`plot_timeline` draws one lane per device.
 * :func:`op_kind` names the kind of an op from its HLO name ("matmul", "collective",
   "elementwise", ...), or from the compiled program's own instructions
@@ -26,6 +27,7 @@ no extra package. Times in a trace are microseconds; this module returns seconds
 
 from __future__ import annotations
 
+import bisect
 import glob
 import gzip
 import json
@@ -64,9 +66,11 @@ class OpEvent:
     """One execution of one HLO op on one device, as the trace records it.
 
     name: the HLO instruction name (e.g. "ynn_fusion.3", "all-reduce"); module: the
-    compiled program ("jit_train_step"); device: the device ordinal (None if the trace does
-    not say); thread: the name of the thread that ran it; start, duration: seconds (start
-    measured from the first event of the trace).
+    compiled program ("jit_train_step"); device: the device number (None if the trace does
+    not say); thread: the name of the thread (CPU), stream (GPU) or line (TPU: "XLA Ops")
+    that ran it; start, duration: seconds (start measured from the first event of the
+    trace); kernel: on a GPU, the name of the kernel this event is (one op may launch
+    several), else "".
     """
 
     name: str
@@ -75,6 +79,7 @@ class OpEvent:
     thread: str
     start: float
     duration: float
+    kernel: str = ""
 
     @property
     def end(self) -> float:
@@ -105,19 +110,46 @@ class OpSummary:
 # Kinds of op
 # ------------------------------------------------------------------------------------------
 
-_COLLECTIVE_NAME = re.compile(r"^(all-gather|reduce-scatter|all-reduce|all-to-all|"
-                              r"collective-permute)(-start|-done)?(\.\d+)?$")
+# Collective op names, '_' read as '-': XLA's opcodes (an async pair's "-start"/"-done"
+# halves included) and the names JAX gives the instructions of shard_map's collectives
+# after their primitives (psum_invariant.7, all_gather.3, ppermute.3, ...).
+_COLLECTIVE_BASES = frozenset({
+    "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
+    "collective-broadcast", "ragged-all-to-all", "all-reduce-scatter",
+    "all-gather-invariant", "psum", "psum-invariant", "psum-scatter", "pmax", "pmin",
+    "ppermute", "pshuffle"})
+_DATA_MOVEMENT_BASES = frozenset({
+    "copy", "copy-start", "copy-done", "transpose", "slice", "dynamic-slice",
+    "concatenate", "pad", "gather", "scatter", "broadcast", "reshape", "bitcast",
+    "dynamic-update-slice", "send", "recv", "send-done", "recv-done"})
+_ELEMENTWISE_BASES = frozenset({
+    "add", "multiply", "subtract", "divide", "exponential", "tanh", "reduce", "maximum",
+    "minimum", "negate", "convert", "select", "compare", "rsqrt", "log"})
+_CONV = re.compile(r"(^|[_\-$])conv(olution)?([_\-.$]|$)")
+_ATTENTION = re.compile(r"attn|attention|fmha|flash")
+
+
+def _base_name(name: str) -> str:
+    """'all_gather.3' -> 'all-gather', 'all-reduce-start.1.0' -> 'all-reduce'."""
+    base = re.sub(r"(\.\d+)+$", "", name).replace("_", "-")
+    return re.sub(r"-(start|done)$", "", base) if base not in ("copy-start", "copy-done") \
+        else base
 
 
 def op_kind(name: str, categories: dict | None = None) -> str:
     """The kind of the op named ``name``: one of :data:`KINDS_ORDER`.
 
     With ``categories`` (``scalebook.hlo.op_categories(compiled)``) the compiled program's
-    own instruction decides (a fusion containing a dot is a "matmul"). Without it the name
-    decides: collectives by their opcode names, ``dot``/``ynn_fusion``/``*gemm*``/
-    ``*convolution*`` are matmuls (XLA:CPU's YNNPACK fusions and GPU's cuBLAS calls are
-    the matmuls), ``copy``/``transpose``/``slice``... are data movement, other fusions and
-    ``wrapped_*`` ops are elementwise.
+    own instruction decides (a fusion containing a dot is a "matmul", one calling a
+    collective is a "collective"). Without it the name decides: collectives by their
+    opcode names (``all-reduce``, ``all-gather-start``...) or by the names JAX gives
+    shard_map's collectives (``psum_invariant.7``, ``all_gather.3``, ``reduce_scatter.7``,
+    ``ppermute.3``, ``all_to_all.2``, ``psum.4``); ``dot``/``ynn_fusion``/``*gemm*``/
+    ``*matmul*``/``*cublas*``/``*conv*`` are matmuls (XLA:CPU's YNNPACK fusions, GPU's
+    cuBLAS and Triton gemm fusions, cuDNN convolutions); ``*attn*``/``*attention*``/
+    ``*fmha*``/``*flash*`` are fused attention kernels; ``copy``/``copy-start``/
+    ``transpose``/``slice``... are data movement, other fusions and ``wrapped_*`` ops
+    are elementwise. A generic ``custom-call.N`` is "other": only the program knows it.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be an HLO op name (str); got {type(name).__name__}")
@@ -127,19 +159,18 @@ def op_kind(name: str, categories: dict | None = None) -> str:
         cat = categories.get(name)
         if cat is not None:
             return {"control flow": "other", "bookkeeping": "other"}.get(cat, cat)
-    base = re.sub(r"\.\d+$", "", name)
-    if _COLLECTIVE_NAME.match(name):
+    base = _base_name(name)
+    if base in _COLLECTIVE_BASES:
         return "collective"
-    if base in ("dot", "convolution") or base.startswith("ynn_fusion") or "gemm" in base \
-            or "cublas" in base or "convolution" in base:
+    if base == "dot" or base.startswith("ynn-fusion") or "gemm" in base \
+            or "cublas" in base or "matmul" in base or _CONV.search(base):
         return "matmul"
-    if base.split("_")[0] in ("copy", "transpose", "slice", "dynamic-slice", "concatenate",
-                              "pad", "gather", "scatter", "broadcast", "reshape", "bitcast",
-                              "dynamic-update-slice") and "fusion" not in base:
+    if _ATTENTION.search(base):
+        return "attention"
+    if base in _DATA_MOVEMENT_BASES or (base.split("-")[0] in _DATA_MOVEMENT_BASES
+                                        and "fusion" not in base):
         return "data movement"
-    if "fusion" in base or base.startswith("wrapped_") or base in (
-            "add", "multiply", "subtract", "divide", "exponential", "tanh", "reduce",
-            "maximum", "minimum", "negate", "convert", "select", "compare", "rsqrt", "log"):
+    if "fusion" in base or base.startswith("wrapped-") or base in _ELEMENTWISE_BASES:
         return "elementwise"
     return "other"
 
@@ -191,15 +222,69 @@ def _read_json(source):
                          f"{type(e).__name__}: {e}") from None
 
 
+_DEVICE_PROCESS = re.compile(r"^/device:([A-Z][A-Z0-9_]*):(\d+)$")
+_MODULE_ID = re.compile(r"\(\d+\)$")
+
+
+def _device_of(process_name: str):
+    """The device number of a trace process named ``/device:GPU:3`` / ``/device:TPU:0``
+    (None for the host, ``/device:CUSTOM:...`` and anything else)."""
+    m = _DEVICE_PROCESS.match(process_name or "")
+    if not m or m.group(1) == "CUSTOM":
+        return None
+    return int(m.group(2))
+
+
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+
+
+def _leaves(ops: list) -> list:
+    """The op events without the control-flow ops that enclose others of their thread: a
+    while loop (XLA:CPU's ``while.5``) spans the ops of its body, which are traced too,
+    so counting it as well would count that time twice."""
+    by_thread = defaultdict(list)
+    for op in ops:
+        by_thread[(op[2], op[3])].append(op)
+    out = []
+    for evs in by_thread.values():
+        evs.sort(key=lambda o: (o[4], -o[5]))
+        for i, op in enumerate(evs):
+            name, ts, dur = op[0], op[4], op[5]
+            if _base_name(name) in _CONTROL_FLOW and any(
+                    o[4] < ts + dur for o in evs[i + 1:i + 2]):
+                continue
+            out.append(op)
+    return out
+
+
 def load_trace(source, keep_runtime: bool = False) -> "Trace":
     """Parse a Chrome/Perfetto JSON trace into a :class:`Trace` of HLO-op events.
 
     ``source`` is a ``.json``/``.json.gz`` path, a folder that ``jax.profiler.trace`` wrote,
     or the decoded JSON (a dict with "traceEvents" or a bare list of events). Complete
-    events (``"ph": "X"``) whose ``args`` name an ``hlo_op`` are the executed ops; named
-    annotations (``jax.profiler.TraceAnnotation``) on the Python thread are kept in
-    ``Trace.annotations``. A file that is not JSON, has no event list, or has no executed
-    op raises :class:`TraceError` saying so.
+    events (``"ph": "X"``) are read as follows, by where they ran:
+
+    * **GPU and TPU** (the trace has ``/device:GPU:N`` or ``/device:TPU:N`` processes):
+      only device-side events count, and the device is the ``N`` of the process name.
+      On a GPU these are the kernels, each carrying ``args.hlo_op`` (an op that launches
+      several kernels has several events per run); the host-side launch calls
+      (``cuLaunchKernel``, ``hipModuleLaunchKernel``) carry the same ``hlo_op`` but are
+      CPU time, and are left out. On a TPU they are the events of the "XLA Ops" line,
+      named by the op, with the program taken from the "XLA Modules" line around them.
+      When XLA:GPU runs a program as command buffers (CUDA graphs, the default for many
+      programs), the kernels of a graph may carry no op name, or all that of one command
+      buffer: per-op attribution is lost there, and a trace whose device events name no
+      op at all raises :class:`TraceError` saying so (the XLA flag
+      ``--xla_gpu_enable_command_buffer=`` turns command buffers off for profiling).
+    * **CPU** (no device process; XLA:CPU runs ops on host threads): events whose
+      ``args`` name an ``hlo_op``, on the device of their ``args.device_ordinal``.
+
+    A control-flow op (``while``, ``conditional``, ``call``) whose body's ops are traced
+    inside it is left out, so that no time is counted twice.
+
+    Named annotations (``jax.profiler.TraceAnnotation`` / ``StepTraceAnnotation``) on the
+    host's Python thread are kept in ``Trace.annotations``. A file that is not JSON, has
+    no event list, or has no executed op raises :class:`TraceError` saying so.
     """
     data = _read_json(source)
     if isinstance(data, dict):
@@ -210,13 +295,16 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
         events = data
     if not isinstance(events, list):
         raise TraceError("'traceEvents' must be a list of events")
-    threads, ops, spans = {}, [], []
+    threads, devices = {}, {}
     for e in events:
-        if not isinstance(e, dict):
+        if not isinstance(e, dict) or e.get("ph") != "M":
             continue
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            threads[(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
-    t0 = None
+        name = str((e.get("args") or {}).get("name", ""))
+        if e.get("name") == "thread_name":
+            threads[(e.get("pid"), e.get("tid"))] = name
+        elif e.get("name") == "process_name" and _device_of(name) is not None:
+            devices[e.get("pid")] = _device_of(name)
+    complete = []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
@@ -224,25 +312,63 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             raise TraceError(f"a complete event has no numeric 'ts'/'dur': {str(e)[:120]}") from None
-        t0 = ts if t0 is None else min(t0, ts)
+        complete.append((e, ts, dur))
+    t0 = min((ts for _, ts, _ in complete), default=0.0)
+    on_device = any(e.get("pid") in devices for e, _, _ in complete)
+    kernels, xla_ops, modules = defaultdict(list), defaultdict(list), defaultdict(list)
+    ops, spans = [], []
+    for e, ts, dur in complete:
         args = e.get("args") or {}
-        thread = threads.get((e.get("pid"), e.get("tid")), str(e.get("tid", "")))
-        if "hlo_op" in args:
+        pid = e.get("pid")
+        thread = threads.get((pid, e.get("tid")), str(e.get("tid", "")))
+        name = str(e.get("name", ""))
+        if on_device and pid in devices:
+            if thread == "XLA Modules":
+                modules[pid].append((ts, ts + dur, _MODULE_ID.sub("", name)))
+            elif thread == "XLA Ops":
+                xla_ops[pid].append((str(args.get("hlo_op", name)),
+                                     str(args.get("hlo_module", "")), devices[pid], thread,
+                                     ts, dur, ""))
+            elif "hlo_op" in args:
+                op = str(args["hlo_op"])
+                kernels[pid].append((op, str(args.get("hlo_module", "")), devices[pid],
+                                     thread, ts, dur, name if name != op else ""))
+        elif "hlo_op" in args and not on_device:
             dev = args.get("device_ordinal")
             try:
                 dev = int(dev) if dev is not None else None
             except (TypeError, ValueError):
                 dev = None
-            ops.append((str(args["hlo_op"]), str(args.get("hlo_module", "")), dev, thread, ts,
-                        dur))
-        elif thread == "python" and not str(e.get("name", "")).startswith("$"):
-            spans.append((str(e.get("name", "")), "", None, thread, ts, dur))
+            ops.append((str(args["hlo_op"]), str(args.get("hlo_module", "")), dev, thread,
+                        ts, dur, ""))
+        elif pid not in devices and thread.startswith("python") and not name.startswith("$"):
+            spans.append((name, "", None, thread, ts, dur, ""))
+    for pid in devices:
+        if kernels[pid]:              # a GPU's kernels (or any device events naming an op)
+            ops.extend(kernels[pid])
+            continue
+        mods = sorted(modules[pid])
+        starts = [m[0] for m in mods]
+        for op, module, dev, thread, ts, dur, kernel in xla_ops[pid]:
+            if not module:            # a TPU's op: the program running around it
+                i = bisect.bisect_right(starts, ts) - 1
+                if i >= 0 and mods[i][1] >= ts:
+                    module = mods[i][2]
+            ops.append((op, module, dev, thread, ts, dur, kernel))
+    ops = _leaves(ops)
     if not ops:
+        if on_device:
+            raise TraceError("the trace's device events name no HLO op (no args.hlo_op, no "
+                             "'XLA Ops' line): on a GPU, command buffers (CUDA graphs) hide "
+                             "per-op attribution; profile with XLA_FLAGS="
+                             "--xla_gpu_enable_command_buffer= to see each op")
         raise TraceError("the trace holds no executed HLO ops (no event with args.hlo_op): "
                          "was anything run (and block_until_ready called) inside "
                          "jax.profiler.trace?")
-    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6) for n, m, d, th, ts, dur in ops]
-    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6) for n, m, d, th, ts, dur in spans]
+    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, k)
+          for n, m, d, th, ts, dur, k in ops]
+    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6)
+           for n, m, d, th, ts, dur, _ in spans]
     mk.sort(key=lambda ev: (ev.start, ev.device if ev.device is not None else -1))
     ann.sort(key=lambda ev: ev.start)
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
@@ -316,7 +442,8 @@ class Trace:
         return "\n".join(str(r) for r in rows)
 
     def steps(self, name: str) -> list:
-        """The annotation spans called ``name`` (e.g. each ``TraceAnnotation("step")``)."""
+        """The annotation spans called ``name`` (each ``StepTraceAnnotation("step",
+        step_num=i)`` of :func:`capture`, or any ``TraceAnnotation(name)``)."""
         found = [a for a in self.annotations if a.name == name]
         if not found:
             names = sorted({a.name for a in self.annotations})
@@ -344,7 +471,10 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
             categories: dict | None = None, python_tracer: bool = False) -> Trace:
     """Run ``fn(*args)`` ``warmup`` times untraced (so compilation is not in the trace),
     then ``steps`` times under ``jax.profiler.trace`` with ``create_perfetto_trace=True``,
-    each inside ``TraceAnnotation(name)`` and waited for with ``block_until_ready``.
+    each inside ``jax.profiler.StepTraceAnnotation(name, step_num=i)`` (i = 0, 1, ...) and
+    waited for with ``block_until_ready``. A step annotation is what XProf's per-step
+    views (the overview page's step-time graph, the "Steps" line) read; a plain
+    ``TraceAnnotation`` is only a named span. :meth:`Trace.steps` finds them by ``name``.
 
     The trace goes to a temporary folder that is deleted afterwards, unless ``logdir`` is
     given (then the files stay there, to open in XProf/TensorBoard or Perfetto).
@@ -371,8 +501,8 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 1 if python_tracer else 0
         with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=options):
-            for _ in range(steps):
-                with jax.profiler.TraceAnnotation(name):
+            for i in range(steps):
+                with jax.profiler.StepTraceAnnotation(name, step_num=i):
                     jax.block_until_ready(fn(*args))
         trace = load_trace(find_trace_file(folder))
     finally:

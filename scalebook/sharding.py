@@ -367,7 +367,9 @@ def collective_matmul_times(B: int, D: int, F: int, n: int, chip, bytes_per_elem
     ``T = T_gather + T_math``. Collective: ``n`` steps of ``T_math / n``; each of the first
     ``n - 1`` overlaps the send of one ``[B, D/n]`` chunk to a neighbour, taking
     ``chunk / W`` (one direction) or ``chunk / (2W)`` (``bidirectional``: half of each chunk
-    goes each way round, as the torus all-gather does):
+    goes each way round, as the torus all-gather does; on an axis of 2 chips there is
+    one link, so ``chunk / W`` either way, the rule of
+    :func:`scalebook.collectives.links_per_device`):
     ``T = T_math / n + (n - 1) max(T_math / n, T_step)``.
     Returns ``{"math", "gather", "step_comm", "plain", "collective"}``.
     """
@@ -381,7 +383,8 @@ def collective_matmul_times(B: int, D: int, F: int, n: int, chip, bytes_per_elem
     gathered = B * D * bytes_per_element
     t_gather = _coll.collective_time("all-gather", gathered, n, chip)
     chunk = gathered / n
-    t_step = _coll.collective_time("collective-permute", chunk, n, chip) / (2 if bidirectional else 1)
+    links = _coll.links_per_device("torus", n) if bidirectional else 1
+    t_step = _coll.collective_time("collective-permute", chunk, n, chip) / links
     steps = t_math / n + (n - 1) * max(t_math / n, t_step)
     return {"math": t_math, "gather": t_gather, "step_comm": t_step,
             "plain": t_gather + t_math, "collective": steps}

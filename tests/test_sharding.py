@@ -157,6 +157,22 @@ def test_collective_matmul_times_by_hand():
         sh.collective_matmul_times(8, 16, 8, 0, "tpu-v5p")
 
 
+def test_collective_matmul_send_on_an_axis_of_two_chips_uses_its_one_link():
+    """Two chips share one link: a chunk cannot go half each way round, so its send takes
+    chunk / W, not chunk / (2 W) (collectives.links_per_device); from 3 chips on, half."""
+    v5p = get_chip("tpu-v5p")
+    B, D, F = 4096, 8192, 28672
+    for n, links in ((2, 1), (4, 2), (8, 2)):
+        t = sh.collective_matmul_times(B, D, F, n, v5p)
+        chunk = B * D * 2 / n
+        assert math.isclose(t["step_comm"], chunk / (links * v5p.ici_link_bandwidth)), n
+        one_way = sh.collective_matmul_times(B, D, F, n, v5p, bidirectional=False)
+        assert math.isclose(one_way["step_comm"], chunk / v5p.ici_link_bandwidth)
+    # at n = 2 the whole gather is that one send: the same link, the same bytes
+    t2 = sh.collective_matmul_times(B, D, F, 2, v5p)
+    assert math.isclose(t2["step_comm"], t2["gather"])
+
+
 def test_collective_matmul_checks_w_rows():
     f = jax.jit(jax.shard_map(lambda a, w: sh.collective_matmul(a, w, "y"), mesh=MESH,
                               in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", "y")))
