@@ -287,3 +287,17 @@ def test_code_answers_are_right_on_drawn_inputs(ex, answer):
     cases = e.drawn_cases(b"ch01", n=20)
     assert len(set(cases)) > 10
     assert evaluate(ex, answer, cases=list(e.cases) + cases).correct
+
+
+def test_1_10_tells_floor_plus_one_from_ceil():
+    """A bound that is a whole number (288 on a B200) is itself the answer: int() + 1 is
+    one too many there, and the check says so (issue 25)."""
+    import math as _m
+
+    def floor_plus_one(D, F, chip):
+        c = get_chip(chip)
+        i = c.bf16_flops / c.hbm_bandwidth
+        return _m.floor(i * D * F / (D * F - i * (D + F))) + 1
+
+    r = evaluate("1.10", floor_plus_one)
+    assert r.status == "wrong" and "math.ceil, not int() + 1" in r.message, r

@@ -478,8 +478,11 @@ def _critical_batch_ref(D, F, chip):
 
 
 # The first case's exact bound is 302.35, so round() (302) is told apart from ceil() (303);
-# every other case's fraction is at least 0.5, where the two agree.
-_CASES_10 = [(16384, 53248, "gpu-h100"), (8192, 28672, "tpu-v5e"), (28672, 8192, "gpu-h100"),
+# the second's is exactly 288 (I* = 281.25 on a B200; every way of writing the formula gives
+# 288.0 in floating point), so floor + 1 (289) is told apart from ceil (288); every other
+# case's fraction is at least 0.5.
+_CASES_10 = [(16384, 53248, "gpu-h100"), (16000, 48000, "gpu-b200"),
+             (8192, 28672, "tpu-v5e"), (28672, 8192, "gpu-h100"),
              (4096, 4096, "tpu-v6e"), (16384, 53248, "gpu-a100"), (2048, 8192, "tpu-v5p")]
 
 def _draw_10(rng):
@@ -512,6 +515,9 @@ register(CodeExercise(
          "solve 2BDF >= I*·2(BD + DF + BF) for B."),
         (lambda got, want, args: as_number(got) == want - 1,
          "one short: round up (math.ceil, not round()): the batch must reach I*."),
+        (lambda got, want, args: as_number(got) == want + 1 and args[:2] == (16000, 48000),
+         "one too many: here the bound is a whole number, which is itself compute-bound "
+         "(the intensity reaches I* exactly); math.ceil, not int() + 1."),
         (lambda got, want, args: as_number(got) is not None and not as_number(got).is_integer(),
          "return a whole number of tokens."),
     ],
