@@ -98,6 +98,13 @@ if importlib.util.find_spec("scalebook") is None:
     source = os.environ.get("SCALEBOOK_SOURCE",
                             "{install_source()}")
     print("Installing scalebook from", source)
+    from importlib.metadata import version, PackageNotFoundError
+    def jax_version():
+        try:
+            return version("jax")
+        except PackageNotFoundError:
+            return None
+    jax_before = jax_version()
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source],
                          capture_output=True, text=True)
     if pip.returncode != 0:
@@ -106,6 +113,13 @@ if importlib.util.find_spec("scalebook") is None:
               "Check the network, or set SCALEBOOK_SOURCE to a location pip accepts "
               "(a git URL, a local folder), then run this cell again.")
         raise SystemExit
+    for line in pip.stderr.splitlines():          # pip's dependency conflicts, if any
+        if "conflict" in line or "incompatible" in line or "requires" in line:
+            print("pip:", line.strip())
+    jax_after = jax_version()
+    if jax_after != jax_before:
+        print(f"JAX {{jax_before}} was too old for scalebook: pip installed JAX "
+              f"{{jax_after}}.")
     importlib.invalidate_caches()
 import scalebook
 setup_info = scalebook.setup()'''
