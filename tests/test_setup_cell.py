@@ -69,3 +69,8 @@ def test_a_failed_install_is_one_message(monkeypatch, capsys):
                         returncode=1)
     assert "ERROR: no network" in out and "Could not install scalebook" in out
     assert "setup_info" not in ns
+
+
+def test_no_jax_at_all_is_said_plainly(monkeypatch, capsys):
+    out, _ = run_setup(monkeypatch, capsys, [None, "0.12.0.1"])
+    assert "pip installed JAX 0.12.0.1." in out and "None" not in out

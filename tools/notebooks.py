@@ -119,7 +119,7 @@ if importlib.util.find_spec("scalebook") is None:
     jax_after = jax_version()
     if jax_after != jax_before:
         print(f"JAX {{jax_before}} was too old for scalebook: pip installed JAX "
-              f"{{jax_after}}.")
+              f"{{jax_after}}." if jax_before else f"pip installed JAX {{jax_after}}.")
     importlib.invalidate_caches()
 import scalebook
 setup_info = scalebook.setup()'''
