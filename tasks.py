@@ -121,9 +121,32 @@ def _env() -> dict:
     return env
 
 
+PLACEHOLDER_REPOSITORY = "scalebook-authors/scalebook"
+
+
+def placeholder_warning(root: Path = ROOT) -> str | None:
+    """A warning when _config.yml's repository URL (the one place that names it) is still the
+    placeholder: the Colab badges, the launch buttons, the set-up cell's install and the
+    sitemap would all point at a repository that is not yours."""
+    try:
+        text = (root / "_config.yml").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^repository:\s*\n(?:[ \t]+.*\n)*?[ \t]+url:\s*(\S+)", text, re.M)
+    if not m or PLACEHOLDER_REPOSITORY not in m.group(1):
+        return None
+    return (f"WARNING: _config.yml's repository.url is still the placeholder {m.group(1)}; "
+            "the Colab badges, launch buttons, the set-up cell's install and the sitemap point "
+            "there. Before publishing, set it to your repository and re-sync the notebooks "
+            "(README, 'Publishing a fork').")
+
+
 def build(args: list[str]) -> int:
     py = ensure_venv()
     out = ROOT / "_build"
+    warning = placeholder_warning()
+    if warning:
+        _say(warning)
     _say("building the site (warnings are errors)")
     cmd = [str(py.with_name("jupyter-book")), "build", str(ROOT), "--path-output", str(ROOT),
            "-W", "-n", "--keep-going"] + args
@@ -139,6 +162,8 @@ def build(args: list[str]) -> int:
                  "link to scalebook.pdf stays broken")
         else:
             rc = pdf([])
+    if warning:
+        _say(warning)   # again, where it is seen: after the build's long output
     return rc
 
 

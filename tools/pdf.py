@@ -5,14 +5,25 @@
 1. Sphinx's ``singlehtml`` builder writes the book (the same table of contents, the same
    extensions) as one page, ``_build/singlehtml/index.html``.
 2. Debian's Chromium, driven by Playwright, opens it from a server on 127.0.0.1, waits for
-   the bundled MathJax to typeset every formula (no network is used), and prints it to A4
-   with page numbers; the screen-only parts (sidebars, header, buttons) are left out by the
-   book's print stylesheet (tools/site_static/book.css).
-3. The PDF is written to ``--out`` and, when the website has been built, copied next to it
+   the bundled MathJax to typeset every formula (no network is used), fits every code block,
+   output, table and display equation wider than the column (shrinks it, and wraps a code
+   block that would need too small a font), gives each heading its size by its depth in the
+   book, and prints it to A4 with page numbers; the screen-only parts (sidebars, header,
+   buttons) are left out by the book's print stylesheet (tools/site_static/book.css).
+   Anything still wider than the page, or a code frame with nothing in it, stops the command.
+3. The contents get page numbers and the PDF an outline (bookmarks: every page of the book,
+   its sections and subsections): the print leaves room after each entry of the contents;
+   pypdf reads where each heading landed from the named destinations Chromium writes for
+   link targets; a second print of the contents' pages alone, showing only the numbers, is
+   laid over them; pypdf adds the outline. (Chromium's own outline needs a tagged PDF, which
+   doubles the file: ``--tagged`` makes one.)
+4. The PDF is written to ``--out`` and, when the website has been built, copied next to it
    as ``_build/html/scalebook.pdf``, where the introduction's link points.
 
 The same check the browser test makes is made here: a formula that MathJax could not typeset
-or an image that did not load stops the command with the list.
+or an image that did not load stops the command with the list. ``--report FILE`` writes
+what the print found (the outline, the contents' page numbers, the blocks it fitted) as JSON;
+tests/test_pdf.py reads it and the PDF.
 
 ``--root BOOK`` prints another copy of the book's sources instead of this checkout:
 the student edition (``python3 tasks.py student --pdf`` passes its folder, so the
@@ -25,6 +36,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import json
 import shutil
 import subprocess
 import sys
@@ -67,8 +79,171 @@ def _quiet_handler(folder: str):
     return Handler
 
 
-def print_pdf(site: Path, pdf: Path, browser: str) -> dict:
-    """Print SITE/index.html to PDF; returns what the page reported (formulas, images)."""
+# The page: A4 with these margins; the book is laid out SCALE times larger than it prints, so
+# a 16 px line of prose prints at 12.8 px (9.6 pt) and a 100-character output line fits.
+PAGE = {"format": "A4", "margin": {"top": "16mm", "bottom": "16mm", "left": "14mm",
+                                   "right": "14mm"}}
+SCALE = 0.8
+# The CSS width the print lays the book out at: A4's 210 mm less 28 mm of margins, over SCALE.
+LAYOUT_WIDTH = int((210 - 28) / 25.4 * 96 / SCALE)   # 859 px
+TOP_MARGIN_PT = 16 / 25.4 * 72
+FOOTER = ('<div style="font-size:8px;width:100%;text-align:center">'
+          '<span class="pageNumber"></span> / <span class="totalPages"></span></div>')
+# Smallest font a wide block is shrunk to (layout px; prints at SCALE x, 6.4 pt) before its
+# lines are wrapped instead.
+MIN_FONT_PX = 10.7
+
+# Run in the page (print media, LAYOUT_WIDTH wide) before printing. It
+# 1. gives every heading its depth in the book (data-pdf-level: 1 for a page of the table of
+#    contents, 2 for its sections, ... ; the API's module pages are one deeper than the API
+#    page) for the print stylesheet's sizes (book.css), and lists the headings for the outline;
+# 2. starts the introduction on a page of its own, under the heading "Introduction" (the cover
+#    carries the book's title);
+# 3. reserves room for a page number after each entry of the contents (filled in later);
+# 4. fits every block wider than its column: a code block or output, a table or a display
+#    equation is shrunk (to MIN_FONT_PX at least), and a code block still too wide wraps;
+# 5. reports what is still wider than its column and any code frame with no text in it.
+PREPARE = r"""(minFont) => {
+  const art = document.querySelector('.bd-article');
+  const levelOf = new Map();
+  const isDoc = s => s.previousElementSibling && s.previousElementSibling.id
+                     && s.previousElementSibling.id.startsWith('document-');
+  const root = art.querySelector(':scope > section');
+  // Each heading the outline or the contents points at gets an anchor of its own (a
+  // section's id can repeat in the single page: every chapter has its "exercises"), and a
+  // hidden link to it, so that Chromium writes a named destination for it.
+  const anchors = new Map();
+  const anchor = h => {
+    if (!anchors.has(h)) {
+      const a = document.createElement('span');
+      a.id = 'pdf-dest-' + anchors.size;
+      h.prepend(a);
+      anchors.set(h, a.id);
+    }
+    return anchors.get(h);
+  };
+  const headingOf = el => {
+    if (!el) return null;
+    if (/^H[1-6]$/.test(el.tagName)) return el;
+    const sec = el.tagName === 'SECTION' ? el : el.nextElementSibling;
+    return sec ? sec.querySelector('h1, h2, h3, h4, h5, h6') : null;
+  };
+  // 1. levels and the outline
+  const outline = [];
+  for (const h of art.querySelectorAll('h1, h2, h3, h4, h5, h6')) {
+    const sec = h.parentElement;
+    if (!sec || sec.tagName !== 'SECTION' || !sec.id) continue;
+    // the sections from the heading up to its page (the introduction's or an inlined one),
+    // then one more for each page that page sits in (the API's module pages)
+    let level = 0, inDoc = false;
+    for (let s = sec; s && s !== art; s = s.parentElement) {
+      if (s.tagName !== 'SECTION') continue;
+      if (!inDoc) { level += 1; inDoc = isDoc(s); }
+      else if (isDoc(s)) level += 1;
+    }
+    level = Math.min(level, 6);
+    h.dataset.pdfLevel = String(level);
+    const text = h.cloneNode(true);
+    text.querySelectorAll('.headerlink').forEach(e => e.remove());
+    text.querySelectorAll('mjx-container').forEach(m => {
+      const mml = m.querySelector('mjx-assistive-mml');
+      m.replaceWith(mml ? mml.textContent : '');
+    });
+    outline.push({id: anchor(h), level, title: text.textContent.replace(/\s+/g, ' ').trim()});
+  }
+  // 2. the introduction
+  const introTitle = root && root.querySelector(':scope > h1');
+  if (introTitle) {
+    introTitle.lastChild.before(document.createTextNode('Introduction'));
+    [...introTitle.childNodes].forEach(c => c.nodeType === 3 && c.textContent !== 'Introduction' && c.remove());
+    introTitle.classList.add('pdf-intro-title');
+    root.classList.add('pdf-intro');
+    outline[0].title = 'Introduction';
+  }
+  // 3. the contents: room for a page number after each entry
+  const toc = [];
+  document.querySelectorAll('#jb-print-toc a.reference').forEach(a => {
+    const h = headingOf(document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1))));
+    const span = document.createElement('span');
+    span.className = 'pdf-page';
+    span.textContent = '000';
+    a.after(span);
+    a.parentElement.classList.add('pdf-toc-entry');
+    toc.push(h ? anchor(h) : null);
+  });
+  const holder = document.createElement('div');
+  holder.style.display = 'none';
+  for (const id of anchors.values()) {
+    const a = document.createElement('a'); a.href = '#' + id; holder.append(a);
+  }
+  document.body.append(holder);
+  // 4. fit wide blocks
+  const tooWide = el => el.scrollWidth > el.clientWidth + 1;
+  let shrunk = 0, wrapped = 0;
+  for (const pre of art.querySelectorAll('pre')) {
+    if (!pre.clientWidth || !tooWide(pre)) continue;
+    const size = parseFloat(getComputedStyle(pre).fontSize);
+    const inner = pre.clientWidth - parseFloat(getComputedStyle(pre).paddingLeft)
+                  - parseFloat(getComputedStyle(pre).paddingRight);
+    const text = pre.scrollWidth - parseFloat(getComputedStyle(pre).paddingLeft)
+                 - parseFloat(getComputedStyle(pre).paddingRight);
+    const want = Math.floor(size * inner / text * 100) / 100 - 0.05;
+    pre.style.setProperty('font-size', Math.max(want, minFont) + 'px', 'important');
+    shrunk += 1;
+    if (tooWide(pre)) {
+      pre.style.setProperty('white-space', 'pre-wrap', 'important');
+      pre.style.setProperty('overflow-wrap', 'anywhere', 'important');
+      wrapped += 1;
+    }
+  }
+  const fitBox = (el, box) => {
+    for (let i = 0; i < 4 && box.clientWidth && el.getBoundingClientRect().width > box.clientWidth + 1; i++) {
+      const size = parseFloat(getComputedStyle(el).fontSize);
+      const ratio = box.clientWidth / el.getBoundingClientRect().width;
+      el.style.setProperty('font-size', (size * ratio * 0.98) + 'px', 'important');
+      shrunk += 1;
+    }
+  };
+  for (const t of art.querySelectorAll('table')) fitBox(t, t.parentElement);
+  for (const m of art.querySelectorAll('mjx-container[display="true"]')) fitBox(m, m.parentElement);
+  // 5. what is still too wide, and empty frames
+  const label = el => (el.innerText || '').slice(0, 70).replace(/\n/g, ' ');
+  const wide = [];
+  for (const pre of art.querySelectorAll('pre')) {
+    if (pre.clientWidth && tooWide(pre)) wide.push('pre: ' + pre.scrollWidth + ' > ' + pre.clientWidth + ' px: ' + label(pre));
+  }
+  for (const el of art.querySelectorAll('table, mjx-container[display="true"], img, figure')) {
+    const box = el.parentElement;
+    if (box.clientWidth && el.getBoundingClientRect().width > box.clientWidth + 1)
+      wide.push(el.tagName.toLowerCase() + ': ' + Math.round(el.getBoundingClientRect().width) + ' > ' + box.clientWidth + ' px: ' + label(el));
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth + 1) wide.push('the page: ' + page.scrollWidth + ' > ' + page.clientWidth + ' px');
+  const empty = [];
+  for (const el of art.querySelectorAll('div.highlight, .cell_output, pre')) {
+    const r = el.getBoundingClientRect();
+    if (r.height > 0 && getComputedStyle(el).visibility !== 'hidden' && !el.closest('details:not([open])')
+        && !el.innerText.trim() && !el.querySelector('img, svg, mjx-container'))
+      empty.push(el.className + ': ' + label(el.closest('.cell') || el.parentElement));
+  }
+  return {outline, toc, start: introTitle ? anchor(introTitle) : null, shrunk, wrapped, wide, empty,
+          pre: art.querySelectorAll('pre').length};
+}"""
+
+# Before the second, short print: the page numbers are written into the contents and
+# everything else is made invisible (its layout kept), so the pages that come out hold
+# only the numbers, at the very places that the first print left for them.
+NUMBERS_ONLY = r"""(pages) => {
+  document.querySelectorAll('#jb-print-toc .pdf-page').forEach((span, i) => {
+    span.textContent = pages[i] === null ? '' : String(pages[i]);
+  });
+  document.documentElement.classList.add('pdf-numbers-only');
+}"""
+
+
+def print_pdf(site: Path, pdf: Path, browser: str, tagged: bool = False) -> dict:
+    """Print SITE's single page to PDF with an outline and page numbers in its contents;
+    returns what the page reported (formulas, images, blocks fitted, outline, ...)."""
     from playwright.sync_api import sync_playwright
 
     shutil.copy2(site / ROOT_PAGE, site / PRINTED_PAGE)
@@ -78,7 +253,7 @@ def print_pdf(site: Path, pdf: Path, browser: str) -> dict:
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=browser, args=["--no-sandbox"])
-            page = b.new_page(viewport={"width": 900, "height": 1200})
+            page = b.new_page(viewport={"width": LAYOUT_WIDTH, "height": 1200})
             page.route("**/*", lambda route: route.continue_()
                        if route.request.url.startswith("http://127.0.0.1") else route.abort())
             page.goto(url, wait_until="load", timeout=120_000)
@@ -88,23 +263,87 @@ def print_pdf(site: Path, pdf: Path, browser: str) -> dict:
             report = page.evaluate("""() => ({
                 formulas: document.querySelectorAll('mjx-container').length,
                 failed: document.querySelectorAll('mjx-merror').length,
-                // the Colab badges are online images, left out of the print (book.css)
                 broken_images: [...document.images].filter(i => !i.complete || !i.naturalWidth)
-                                 .filter(i => !i.src.includes('colab-badge'))
                                  .map(i => i.getAttribute('src')),
             })""")
             page.emulate_media(media="print")
-            pdf.parent.mkdir(parents=True, exist_ok=True)
-            page.pdf(path=str(pdf), format="A4", print_background=True,
-                     margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
-                     display_header_footer=True, header_template="<span></span>",
-                     footer_template='<div style="font-size:8px;width:100%;text-align:center">'
-                                     '<span class="pageNumber"></span> / '
-                                     '<span class="totalPages"></span></div>')
+            report.update(page.evaluate(PREPARE, MIN_FONT_PX))
+            options = dict(PAGE, scale=SCALE, print_background=True)
+            body = page.pdf(**options, tagged=tagged, display_header_footer=True,
+                            header_template="<span></span>", footer_template=FOOTER)
+            pages = destination_pages(body, report["outline"], report["toc"] + [report["start"]])
+            start = pages["toc"].pop()   # the introduction's page: the contents end before it
+            toc_pages = start - 1 if start else 0
+            numbers = None
+            if toc_pages:
+                page.evaluate(NUMBERS_ONLY, [p for p in pages["toc"]])
+                numbers = page.pdf(**PAGE, scale=SCALE, page_ranges=f"1-{toc_pages}")
             b.close()
     finally:
         server.shutdown()
+    pdf.parent.mkdir(parents=True, exist_ok=True)
+    pdf.write_bytes(finish(body, numbers, report["outline"], pages["outline"]))
+    report["toc_pages"], report["toc_numbers"] = toc_pages, pages["toc"]
     return report
+
+
+def _named_pages(reader) -> dict:
+    """Named destination (an element id) -> (0-based page, top)."""
+    out = {}
+    for name, dest in reader.named_destinations.items():
+        try:
+            page, top = reader.get_destination_page_number(dest), float(dest.top)
+        except Exception:  # a destination pypdf cannot place
+            continue
+        if top < 0 and page + 1 < len(reader.pages):
+            # Chromium places an element at the very top of a page below the foot of the
+            # page before it (a negative top): it is the next page's first line
+            page, top = page + 1, float(reader.pages[page + 1].mediabox.top) - TOP_MARGIN_PT
+        out[name.lstrip("/")] = (page, top)
+    return out
+
+
+def destination_pages(data: bytes, outline: list[dict], toc: list[str]) -> dict:
+    """The 1-based page of each outline entry and of each contents entry's target, read from
+    the named destinations Chromium writes for every link target (None: not found)."""
+    import io
+
+    from pypdf import PdfReader
+
+    named = _named_pages(PdfReader(io.BytesIO(data)))
+    return {"outline": [named.get(o["id"]) for o in outline],
+            "toc": [named[t][0] + 1 if t and t in named else None for t in toc]}
+
+
+def finish(body: bytes, numbers: bytes | None, outline: list[dict], places: list) -> bytes:
+    """BODY with the contents' page numbers (NUMBERS: pages holding only them) laid over its
+    first pages, and an outline of OUTLINE's entries (levels 1 to 3) at PLACES."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import Fit
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(body)))
+    if numbers:
+        for i, overlay in enumerate(PdfReader(io.BytesIO(numbers)).pages):
+            writer.pages[i].merge_page(overlay)
+    parents: dict[int, object] = {}
+    for entry, place in zip(outline, places):
+        level = entry["level"]
+        if place is None or level > 3:
+            continue
+        parent = parents.get(level - 1) if level > 1 else None
+        if level > 1 and parent is None:
+            continue
+        item = writer.add_outline_item(entry["title"], place[0], parent=parent,
+                                       fit=Fit.xyz(top=place[1]))
+        parents[level] = item
+        for deeper in range(level + 1, 7):
+            parents.pop(deeper, None)
+    writer.page_mode = "/UseOutlines"
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
 
 
 def main(argv=None) -> int:
@@ -117,6 +356,11 @@ def main(argv=None) -> int:
                         help="where the single-page site is built (ROOT/_build/pdf)")
     parser.add_argument("--no-copy", action="store_true",
                         help="do not copy the PDF into _build/html")
+    parser.add_argument("--report", help="write what the print found (outline, contents' "
+                        "page numbers, blocks fitted) to this JSON file")
+    parser.add_argument("--tagged", action="store_true",
+                        help="a tagged (accessible) PDF: about 10 s longer to print and "
+                             "twice the size (Chromium writes its structure uncompressed)")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     build_dir = Path(args.build_dir or root / "_build" / "pdf")
@@ -127,12 +371,19 @@ def main(argv=None) -> int:
         return 2
     site = build_single_page(build_dir, root)
     pdf = Path(args.out or root / "_build" / "pdf" / PDF_NAME)
-    report = print_pdf(site, pdf, browser)
+    report = print_pdf(site, pdf, browser, **({"tagged": True} if args.tagged else {}))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1))
     problems = []
     if report["failed"]:
         problems.append(f"{report['failed']} formulas MathJax could not typeset")
     if report["broken_images"]:
         problems.append("images that did not load: " + ", ".join(report["broken_images"][:5]))
+    if report.get("wide"):
+        problems.append(f"{len(report['wide'])} blocks wider than the page would be cut: "
+                        + "; ".join(report["wide"][:5]))
+    if report.get("empty"):
+        problems.append(f"{len(report['empty'])} empty code frames: " + "; ".join(report["empty"][:5]))
     if problems:
         print("error: " + "; ".join(problems), file=sys.stderr)
         return 1
@@ -140,6 +391,10 @@ def main(argv=None) -> int:
     copy = html.is_dir() and not args.no_copy
     if copy:
         shutil.copy2(pdf, html / PDF_NAME)
+    if report.get("toc_pages") is not None:
+        print(f"{report['shrunk']} wide blocks shrunk to fit, {report['wrapped']} of them wrapped; "
+              f"outline of {len(report['outline'])} headings; contents on "
+              f"{report['toc_pages']} pages")
     print(f"PDF: {pdf} ({pdf.stat().st_size / 2**20:.1f} MiB, {report['formulas']} formulas)"
           + (f"; copied to {html / PDF_NAME}" if copy else ""))
     return 0

@@ -14,6 +14,15 @@
    alt text. ``scalebook.setup()`` stores a description of every figure in its PNG (title,
    axes titles and labels); this extension reads it back. A cell can give its own with
    myst-nb's metadata (``mystnb: {image: {alt: ...}, figure: {caption: ...}}``), which wins.
+5. **Offline badge.** The notebooks' "Open in Colab" badge is Colab's online image (Colab and
+   GitHub show the notebook's own Markdown, where only an absolute URL works); on the site
+   and in the PDF it is the book's own copy, ``_static/colab-badge.svg``.
+6. **For search engines and link previews**: each page gets a meta description (its first
+   paragraph) and Open Graph tags, and the site a ``sitemap.xml`` and ``robots.txt``. The
+   site's address is ``html.baseurl`` in _config.yml, or else the GitHub Pages address of
+   the repository URL there (``https://OWNER.github.io/REPO/``).
+7. **Search** (``search-fixes.js``): headings rank above API entries, and a result's snippet
+   leaves out the set-up cell and the badge.
 """
 
 from __future__ import annotations
@@ -99,15 +108,129 @@ def dedupe_head(html: str) -> str:
     return head + rest
 
 
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+LOCAL_BADGE = "_static/colab-badge.svg"
+
+
+def local_badge(html: str, depth: int) -> str:
+    """The page's Colab badge images pointed at the site's own copy; DEPTH: how many folders
+    below the site's root the page is."""
+    return html.replace(f'src="{COLAB_BADGE}"', f'src="{"../" * depth}{LOCAL_BADGE}"')
+
+
+def site_url(config) -> str:
+    """Where the site is published, ending in '/': html_baseurl, or else the GitHub Pages
+    address of the repository URL in _config.yml."""
+    base = (getattr(config, "html_baseurl", "") or "").strip()
+    if base:
+        return base.rstrip("/") + "/"
+    repo = ((getattr(config, "html_theme_options", None) or {}).get("repository_url") or "")
+    m = re.match(r"https://github\.com/([^/]+)/([^/]+?)/?$", repo)
+    return f"https://{m.group(1).lower()}.github.io/{m.group(2)}/" if m else ""
+
+
+SITEMAP_SKIP = {"genindex.html", "search.html", "py-modindex.html"}
+
+
+def sitemap(outdir: Path, base: str) -> str:
+    """sitemap.xml for every page of the site under OUTDIR (not Sphinx's generated lists,
+    not the root's redirect)."""
+    from xml.sax.saxutils import escape
+
+    urls = []
+    for page in sorted(Path(outdir).rglob("*.html")):
+        rel = page.relative_to(outdir).as_posix()
+        if page.name in SITEMAP_SKIP or rel.startswith(("_static/", "_sources/", "_images/")):
+            continue
+        if 'http-equiv="refresh"' in page.read_text(encoding="utf-8", errors="replace")[:3000]:
+            continue
+        urls.append(f"  <url><loc>{escape(base + rel)}</loc></url>")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+            + "\n".join(urls) + "\n</urlset>\n")
+
+
 def _build_finished(app, exc):
     if exc is not None or app.builder.format != "html":
         return
-    copy_mathjax(Path(app.outdir) / "_static")
-    for page in Path(app.outdir).rglob("*.html"):
+    out = Path(app.outdir)
+    copy_mathjax(out / "_static")
+    for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        fixed = dedupe_head(text)
+        depth = len(page.relative_to(out).parts) - 1
+        fixed = local_badge(dedupe_head(text), depth)
         if fixed != text:
             page.write_text(fixed, encoding="utf-8")
+    base = site_url(app.config)
+    if app.builder.name == "html" and base:
+        (out / "sitemap.xml").write_text(sitemap(out, base), encoding="utf-8")
+        (out / "robots.txt").write_text(f"User-agent: *\nAllow: /\nSitemap: {base}sitemap.xml\n",
+                                        encoding="utf-8")
+
+
+# ---- meta description and link previews -------------------------------------------------
+
+def description(doctree, limit: int = 200) -> str:
+    """The page's first real paragraph (not in a code cell or an output, not the badge),
+    cut at a word before LIMIT characters."""
+    if doctree is None:
+        return ""
+    for para in doctree.findall(nodes.paragraph):
+        if any("cell" in (p.get("classes", []) if isinstance(p, nodes.Element) else [])
+               or p.__class__.__name__ in ("CellNode", "CellOutputNode")
+               for p in _ancestors(para)):
+            continue
+        text = " ".join(para.astext().split())
+        if len(text) < 40:
+            continue
+        if len(text) > limit:
+            text = text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+        return text
+    return ""
+
+
+def _ancestors(node):
+    p = node.parent
+    while p is not None:
+        yield p
+        p = p.parent
+
+
+def _attr(text: str) -> str:
+    from html import escape
+
+    return escape(text, quote=True)
+
+
+def meta_tags(title: str, desc: str, site_title: str, url: str) -> str:
+    tags = [f'<meta name="description" content="{_attr(desc)}" />' if desc else "",
+            f'<meta property="og:title" content="{_attr(title)}" />',
+            f'<meta property="og:site_name" content="{_attr(site_title)}" />',
+            '<meta property="og:type" content="website" />',
+            f'<meta property="og:description" content="{_attr(desc)}" />' if desc else "",
+            f'<meta property="og:url" content="{_attr(url)}" />' if url else "",
+            '<meta name="twitter:card" content="summary" />']
+    return "\n".join(t for t in tags if t) + "\n"
+
+
+def _page_context(app, pagename, templatename, context, doctree):
+    from html import unescape
+
+    desc = description(doctree) or getattr(app.env, "scalebook_description", "")
+    title = re.sub(r"<[^>]+>", "", unescape(context.get("title") or "")) or app.config.html_title
+    site_title = app.config.html_title or app.config.project
+    base = site_url(app.config)
+    url = base + app.builder.get_target_uri(pagename) if base and app.builder.name == "html" else ""
+    context["metatags"] = context.get("metatags", "") + meta_tags(title, desc, site_title, url)
+
+
+def _env_updated(app, env):
+    """The book's own description (its root page's first paragraph), for pages that have
+    none of their own (the search page, the index)."""
+    try:
+        env.scalebook_description = description(env.get_doctree(app.config.root_doc))
+    except Exception:
+        env.scalebook_description = ""
 
 
 # ---- figures ---------------------------------------------------------------------------
@@ -208,6 +331,9 @@ def setup(app):
     app.connect("config-inited", _config_inited)
     app.connect("builder-inited", _builder_inited)
     app.connect("build-finished", _build_finished)
+    app.connect("html-page-context", _page_context)
+    app.connect("env-updated", _env_updated)
     app.add_css_file("book.css")
+    app.add_js_file("search-fixes.js", priority=200)
     app.add_transform(NotebookFigures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
