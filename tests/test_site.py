@@ -38,7 +38,15 @@ def test_chapter_pages_have_a_colab_launch_button_and_badge(site):
         assert re.search(r'href="' + re.escape(target) + r'"[^>]*class="[^"]*btn', html) or \
             re.search(r'class="[^"]*btn[^"]*"[^>]*href="' + re.escape(target), html) or \
             html.count(target) >= 2, f"{page.name}: no Colab launch button"
-        assert "colab-badge.svg" in html
+        # the badge is the site's own image (it shows offline); the link still opens Colab
+        assert 'src="../_static/colab-badge.svg"' in html, f"{page.name}: badge not local"
+    assert (site / "_static" / "colab-badge.svg").is_file()
+
+
+def test_no_page_loads_an_image_from_the_network(site):
+    for page in site.rglob("*.html"):
+        srcs = re.findall(r'<img[^>]*\ssrc="(https?:[^"]+)"', page.read_text())
+        assert not srcs, f"{page.relative_to(site)}: images from the network: {srcs[:3]}"
 
 
 def test_figures_are_rendered(site):
@@ -62,3 +70,55 @@ def test_every_solution_links_to_its_exercise(site):
             assert f'href="../notebooks/{page.stem}.html#ex-{label}"' in html, f"sol-{label} has no link"
     chapter = (site / "notebooks" / "01_rooflines.html").read_text()
     assert 'id="ex-1-1"' in chapter and 'id="ex-1-10"' in chapter
+
+
+def test_every_exercise_links_to_its_own_solution(site):
+    for page in sorted((site / "notebooks").glob("*.html")):
+        html = page.read_text()
+        exercises = re.findall(r'id="ex-(\d+-\d+)"', html)
+        assert exercises, page.name
+        solutions = (site / "solutions" / page.name).read_text()
+        for label in exercises:
+            if f'id="sol-{label}"' in solutions:
+                assert f'href="../solutions/{page.stem}.html#sol-{label}"' in html, \
+                    f"{page.name}: ex-{label} does not link to its solution"
+
+
+def test_exercise_titles_read_without_brackets(site):
+    html = (site / "notebooks" / "01_rooflines.html").read_text()
+    assert '<p class="admonition-title">Exercise 1.1 · ' in html
+    assert "Exercise (" not in html
+    sol = (site / "solutions" / "01_rooflines.html").read_text()
+    assert "> Exercise 1.1 · " in sol and "Exercise (" not in sol
+
+
+def test_the_api_reference_is_one_page_per_module_with_linked_index_tables(site):
+    from scalebook import __path__ as package_path
+    import pkgutil
+
+    index = (site / "book" / "api.html").read_text()
+    for m in pkgutil.iter_modules(package_path):
+        assert (site / "book" / "api" / f"{m.name}.html").is_file(), m.name
+        assert f'href="api/{m.name}.html#module-scalebook.{m.name}"' in index, m.name
+    formulas = index.split('id="formula-or-task-function"', 1)[1]
+    assert formulas.count("<tr") > 60 and '<pre' not in formulas
+    assert 'href="api/roofline.html#scalebook.roofline.time_bounds"' in formulas
+    # the introduction says it once
+    assert index.split("<article", 1)[1].count("lives in exactly one function or table here") == 1
+
+
+def test_meta_tags_sitemap_and_no_page_sources(site):
+    html = (site / "notebooks" / "05_parallelism.html").read_text()
+    assert re.search(r'<meta name="description" content="[^"]{60,}"', html)
+    assert '<meta property="og:title" content="5. Parallelism for training"' in html
+    sitemap = (site / "sitemap.xml").read_text()
+    assert "/notebooks/05_parallelism.html</loc>" in sitemap and "search.html" not in sitemap
+    assert "Sitemap: " in (site / "robots.txt").read_text()
+    # html_show_sourcelink is off, so the pages' sources are not shipped either
+    assert not (site / "_sources").exists()
+
+
+def test_the_introduction_no_longer_says_chapters_are_missing(site):
+    html = (site / "book" / "intro.html").read_text()
+    assert "in preparation" not in html
+    assert "repository.url" in html   # where to set the repository when publishing

@@ -1,5 +1,6 @@
 """tools/site_fixes.py: the figure description read back from a PNG without PIL."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -25,3 +26,53 @@ def test_the_description_matplotlib_stores_is_read_back(tmp_path):
     (tmp_path / "c.png").write_bytes(b"not a png")
     assert site_fixes.png_description(tmp_path / "c.png") is None
     assert site_fixes.png_description(tmp_path / "missing.png") is None
+
+
+def test_the_colab_badge_is_the_sites_own_copy():
+    html = ('<a href="https://colab.research.google.com/github/o/r/blob/main/n.ipynb">'
+            f'<img alt="Open In Colab" src="{site_fixes.COLAB_BADGE}" /></a>')
+    assert f'src="../{site_fixes.LOCAL_BADGE}"' in site_fixes.local_badge(html, 1)
+    assert f'src="{site_fixes.LOCAL_BADGE}"' in site_fixes.local_badge(html, 0)
+    assert "colab.research.google.com/github/" in site_fixes.local_badge(html, 1)  # the link
+    assert (ROOT / "tools" / "site_static" / "colab-badge.svg").read_text().startswith("<svg")
+
+
+def test_the_site_address_comes_from_baseurl_or_the_repository():
+    from types import SimpleNamespace as NS
+
+    repo = {"repository_url": "https://github.com/My-Course/llm-book"}
+    assert site_fixes.site_url(NS(html_baseurl="", html_theme_options=repo)) == \
+        "https://my-course.github.io/llm-book/"
+    assert site_fixes.site_url(NS(html_baseurl="https://x.org/book", html_theme_options=repo)) \
+        == "https://x.org/book/"
+    assert site_fixes.site_url(NS(html_baseurl="", html_theme_options={})) == ""
+
+
+def test_the_sitemap_lists_the_pages_and_nothing_else(tmp_path):
+    for name in ("index.html", "book/intro.html", "notebooks/01_a.html", "search.html",
+                 "genindex.html", "_static/x.html"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("<html></html>")
+    (tmp_path / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/intro.html" />')
+    xml = site_fixes.sitemap(tmp_path, "https://o.github.io/r/")
+    locs = re.findall(r"<loc>(.*?)</loc>", xml)
+    assert locs == ["https://o.github.io/r/book/intro.html", "https://o.github.io/r/notebooks/01_a.html"]
+
+
+def test_a_pages_description_is_its_first_paragraph_outside_cells():
+    from docutils import nodes
+    from docutils.utils import new_document
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    doc = new_document("x", get_default_settings(Parser))
+    cell = nodes.container(classes=["cell"])
+    cell += nodes.paragraph(text="JAX 0.12 with 8 simulated CPU devices and some more words here")
+    doc += nodes.paragraph(text="Short.")
+    doc += cell
+    doc += nodes.paragraph(text="You are about to run a matrix multiplication on an accelerator. " * 5)
+    desc = site_fixes.description(doc)
+    assert desc.startswith("You are about") and len(desc) <= 201 and desc.endswith("…")
+    tags = site_fixes.meta_tags('A "title"', desc, "Book", "https://o.github.io/r/p.html")
+    assert '<meta name="description" content="You are about' in tags
+    assert 'og:title" content="A &quot;title&quot;"' in tags and "og:url" in tags

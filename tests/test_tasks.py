@@ -156,3 +156,31 @@ def test_pytest_defaults_spread_files_over_workers_and_time_out():
     assert "--no-loadscope-reorder" in opts  # the order is conftest's, slow files first
     assert 0 < int(ini["timeout"]) <= 1200
     assert any(m.startswith("slow:") for m in ini["markers"])
+
+
+def test_build_warns_while_the_repository_url_is_the_placeholder(tmp_path):
+    """_config.yml names the repository once; tasks.py build says so while it is still
+    scalebook-authors/scalebook, and where to set it."""
+    assert "scalebook-authors/scalebook" in (ROOT / "_config.yml").read_text()
+    assert "repository.url" in tasks.placeholder_warning(ROOT)
+    (tmp_path / "_config.yml").write_text(
+        "title: x\nrepository:\n  url: https://github.com/scalebook-authors/scalebook\n"
+        "  branch: main\n")
+    warning = tasks.placeholder_warning(tmp_path)
+    assert warning and "placeholder" in warning and "Publishing a fork" in warning
+    (tmp_path / "_config.yml").write_text(
+        "title: x\n# scalebook-authors/scalebook was the placeholder\nrepository:\n"
+        "  url: https://github.com/my-course/llm-book\n  branch: main\n")
+    assert tasks.placeholder_warning(tmp_path) is None
+    assert tasks.placeholder_warning(tmp_path / "missing") is None
+
+
+def test_build_prints_the_placeholder_warning_before_and_after(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(tasks, "ensure_venv", lambda: Path("/venv/bin/python"))
+    monkeypatch.setattr(tasks.subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or types.SimpleNamespace(returncode=0))
+    assert tasks.build(["--no-pdf"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("WARNING: _config.yml's repository.url is still the placeholder") == 2
+    assert calls and calls[0][1] == "build"

@@ -184,7 +184,7 @@ class ScalebookIndex(Directive):
             rows = []
             for name, what, chapters in modules(doc):
                 link = nodes.paragraph()
-                link += _xref(f"scalebook.{name}", f"scalebook.{name}", "mod")
+                link += _xref(name, f"scalebook.{name}", "mod")
                 rows.append([link, nodes.paragraph(text=what), nodes.paragraph(text=chapters)])
             return [_table(["module", "what it holds", "chapter"], rows, ["index-modules"])]
         if kind == "formulas":

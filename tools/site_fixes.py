@@ -142,7 +142,7 @@ def sitemap(outdir: Path, base: str) -> str:
         rel = page.relative_to(outdir).as_posix()
         if page.name in SITEMAP_SKIP or rel.startswith(("_static/", "_sources/", "_images/")):
             continue
-        if 'http-equiv="refresh"' in page.read_text(encoding="utf-8", errors="replace")[:3000]:
+        if 'http-equiv="refresh"' in page.read_text(encoding="utf-8", errors="replace")[:3000].lower():
             continue
         urls.append(f"  <url><loc>{escape(base + rel)}</loc></url>")
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
