@@ -37,6 +37,7 @@ import argparse
 import functools
 import http.server
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -103,7 +104,7 @@ MIN_FONT_PX = 10.7
 # 4. fits every block wider than its column: a code block or output, a table or a display
 #    equation is shrunk (to MIN_FONT_PX at least), and a code block still too wide wraps;
 # 5. reports what is still wider than its column and any code frame with no text in it.
-PREPARE = r"""(minFont) => {
+PREPARE = r"""([minFont, scale]) => {
   const art = document.querySelector('.bd-article');
   const levelOf = new Map();
   const isDoc = s => s.previousElementSibling && s.previousElementSibling.id
@@ -163,6 +164,7 @@ PREPARE = r"""(minFont) => {
   // 3. the contents: room for a page number after each entry
   const toc = [];
   document.querySelectorAll('#jb-print-toc a.reference').forEach(a => {
+    if (!a.getClientRects().length) return;   // a nested entry the contents do not show
     const h = headingOf(document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1))));
     const span = document.createElement('span');
     span.className = 'pdf-page';
@@ -206,6 +208,11 @@ PREPARE = r"""(minFont) => {
   };
   for (const t of art.querySelectorAll('table')) fitBox(t, t.parentElement);
   for (const m of art.querySelectorAll('mjx-container[display="true"]')) fitBox(m, m.parentElement);
+  // a block taller than a page may break inside (kept whole, it would leave the page before
+  // it empty, or start on a page it cannot fit)
+  const pageHeight = (297 - 32) / 25.4 * 96 / scale;
+  for (const el of art.querySelectorAll('.cell_input, figure, .admonition, table'))
+    if (el.getBoundingClientRect().height > 0.9 * pageHeight) el.style.breakInside = 'auto';
   // 5. what is still too wide, and empty frames
   const label = el => (el.innerText || '').slice(0, 70).replace(/\n/g, ' ');
   const wide = [];
@@ -267,10 +274,11 @@ def print_pdf(site: Path, pdf: Path, browser: str, tagged: bool = False) -> dict
                                  .map(i => i.getAttribute('src')),
             })""")
             page.emulate_media(media="print")
-            report.update(page.evaluate(PREPARE, MIN_FONT_PX))
+            report.update(page.evaluate(PREPARE, [MIN_FONT_PX, SCALE]))
             options = dict(PAGE, scale=SCALE, print_background=True)
             body = page.pdf(**options, tagged=tagged, display_header_footer=True,
                             header_template="<span></span>", footer_template=FOOTER)
+            report["blank_pages"] = blank_pages(body)
             pages = destination_pages(body, report["outline"], report["toc"] + [report["start"]])
             start = pages["toc"].pop()   # the introduction's page: the contents end before it
             toc_pages = start - 1 if start else 0
@@ -303,6 +311,27 @@ def _named_pages(reader) -> dict:
     return out
 
 
+FOOTER_TEXTS = 3   # the footer's text pieces: the page number, " / ", the page count
+
+
+def blank_pages(data: bytes) -> list[int]:
+    """The 1-based pages with nothing but the footer on them: no image and no text besides
+    the footer's (something that overflowed a page by its margin alone, then a page break)."""
+    import io
+    import re
+
+    from pypdf import PdfReader
+
+    out = []
+    for i, page in enumerate(PdfReader(io.BytesIO(data)).pages):
+        content = page.get_contents()
+        data_ = content.get_data() if content is not None else b""
+        texts = len(re.findall(rb"\bT[jJ]\b", data_))
+        if texts <= FOOTER_TEXTS and not re.search(rb"\bDo\b", data_):
+            out.append(i + 1)
+    return out
+
+
 def destination_pages(data: bytes, outline: list[dict], toc: list[str]) -> dict:
     """The 1-based page of each outline entry and of each contents entry's target, read from
     the named destinations Chromium writes for every link target (None: not found)."""
@@ -322,6 +351,8 @@ def finish(body: bytes, numbers: bytes | None, outline: list[dict], places: list
 
     from pypdf import PdfReader, PdfWriter
     from pypdf.generic import Fit
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)   # Chromium's trailer: a harmless warning
 
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(body)))
     if numbers:
@@ -382,6 +413,8 @@ def main(argv=None) -> int:
     if report.get("wide"):
         problems.append(f"{len(report['wide'])} blocks wider than the page would be cut: "
                         + "; ".join(report["wide"][:5]))
+    if report.get("blank_pages"):
+        problems.append(f"blank pages: {report['blank_pages'][:10]}")
     if report.get("empty"):
         problems.append(f"{len(report['empty'])} empty code frames: " + "; ".join(report["empty"][:5]))
     if problems:
