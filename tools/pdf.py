@@ -427,7 +427,7 @@ def main(argv=None) -> int:
     if report.get("toc_pages") is not None:
         print(f"{report['shrunk']} wide blocks shrunk to fit, {report['wrapped']} of them wrapped; "
               f"outline of {len(report['outline'])} headings; contents on "
-              f"{report['toc_pages']} pages")
+              f"{report['toc_pages']} page(s)")
     print(f"PDF: {pdf} ({pdf.stat().st_size / 2**20:.1f} MiB, {report['formulas']} formulas)"
           + (f"; copied to {html / PDF_NAME}" if copy else ""))
     return 0

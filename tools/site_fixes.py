@@ -23,6 +23,8 @@
    the repository URL there (``https://OWNER.github.io/REPO/``).
 7. **Search** (``search-fixes.js``): headings rank above API entries, and a result's snippet
    leaves out the set-up cell and the badge.
+8. **Phones** (``book.js``): an inline formula wider than its paragraph scrolls inside
+   itself instead of widening the page.
 """
 
 from __future__ import annotations
@@ -335,5 +337,6 @@ def setup(app):
     app.connect("env-updated", _env_updated)
     app.add_css_file("book.css")
     app.add_js_file("search-fixes.js", priority=200)
+    app.add_js_file("book.js")
     app.add_transform(NotebookFigures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
