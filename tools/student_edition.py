@@ -61,6 +61,7 @@ INSTRUCTOR_PAGES = ("book/instructor",)
 # extensions stay behind).
 COPY = ("_config.yml", "pyproject.toml", "requirements.in", "requirements.lock",
         "book", "notebooks", "scalebook", "tools/exercise_cells.py", "tools/site_fixes.py",
+        "tools/api_index.py",
         "tools/site_static")                     # README.md: a student one is written
 
 _INSTRUCTOR_BLOCK = re.compile(r"[ \t]*<!-- instructor -->.*?<!-- /instructor -->[ \t]*\n?",
