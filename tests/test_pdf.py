@@ -129,3 +129,30 @@ def test_the_outline_is_the_books_pages_and_their_sections(printed):
 def test_no_page_is_blank(printed):
     tmp, pdf, report, _ = printed
     assert pdftool.blank_pages(pdf.read_bytes()) == []
+
+
+@pytest.mark.slow
+def test_no_code_frame_is_left_empty(printed):
+    """A code block that moves on to the next page whole leaves its grey frame behind, empty
+    (two pages of the PDF had one): tools/pdf.py lets a block taller than a page break and
+    checks every page's frames for text."""
+    tmp, pdf, report, _ = printed
+    assert report["empty_frame_pages"] == []
+    assert pdftool.empty_frames(pdf.read_bytes()) == []
+
+
+def test_the_frame_check_reads_chromiums_drawing():
+    """The content stream as Chromium writes it: a grey rounded frame drawn as a path under
+    nested transforms, text placed with Tm inside it (or not)."""
+    frame = (b".24 0 0 -.24 0 842.88 cm\nq\n2.5 0 0 2.5 162.5 -500 cm\n.9686 .9686 .9686 rg\n"
+             b"65 300 m\n800 300 l\n800 400 l\n805 405 810 410 815 415 c\n65 400 l\nh\nf\nQ\n")
+    text = b"q\n2.5 0 0 2.5 162.5 -500 cm\nBT\n/F4 16 Tf\n1 0 0 -1 100 350 Tm\n<0013> Tj\nET\nQ\n"
+    outside = text.replace(b"100 350 Tm", b"100 900 Tm")
+    frames, marks = pdftool._frames_and_marks(frame + text)
+    assert len(frames) == 1 and len(marks) == 1
+    x0, y0, x1, y1 = frames[0]
+    assert x0 <= marks[0][0] <= x1 and y0 <= marks[0][1] <= y1
+    frames, marks = pdftool._frames_and_marks(frame + outside)
+    assert not (frames[0][1] <= marks[0][1] <= frames[0][3])
+    # a white page background and a narrow grey box are not frames
+    assert pdftool._frames_and_marks(b"1 1 1 rg\n0 0 863 1255 re\nf\n.96 .96 .96 rg\n0 0 50 10 re\nf\n")[0] == []

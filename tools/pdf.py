@@ -10,7 +10,9 @@
    block that would need too small a font), gives each heading its size by its depth in the
    book, and prints it to A4 with page numbers; the screen-only parts (sidebars, header,
    buttons) are left out by the book's print stylesheet (tools/site_static/book.css).
-   Anything still wider than the page, or a code frame with nothing in it, stops the command.
+   A block taller than a page may break across pages (kept whole, it would move on and
+   leave its frame empty behind it). Anything still wider than the page, a code frame with
+   nothing in it, or a page with nothing on it, stops the command.
 3. The contents get page numbers and the PDF an outline (bookmarks: every page of the book,
    its sections and subsections): the print leaves room after each entry of the contents;
    pypdf reads where each heading landed from the named destinations Chromium writes for
@@ -38,6 +40,7 @@ import functools
 import http.server
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -208,11 +211,16 @@ PREPARE = r"""([minFont, scale]) => {
   };
   for (const t of art.querySelectorAll('table')) fitBox(t, t.parentElement);
   for (const m of art.querySelectorAll('mjx-container[display="true"]')) fitBox(m, m.parentElement);
-  // a block taller than a page may break inside (kept whole, it would leave the page before
-  // it empty, or start on a page it cannot fit)
+  // a block taller than a page may break inside (kept whole, it would start on a page it
+  // cannot fit, after a gap)
   const pageHeight = (297 - 32) / 25.4 * 96 / scale;
-  for (const el of art.querySelectorAll('.cell_input, figure, .admonition, table'))
-    if (el.getBoundingClientRect().height > 0.9 * pageHeight) el.style.breakInside = 'auto';
+  for (const el of art.querySelectorAll('.cell_input, .cell_output, figure, .admonition, table, pre'))
+    if (el.getBoundingClientRect().height > pageHeight - 40) {
+      // ... and so may the code block inside it (else the block moves on alone and leaves
+      // its frame empty on the page before)
+      for (const e of [el, ...el.querySelectorAll('div.highlight, pre')])
+        e.style.setProperty('break-inside', 'auto', 'important');
+    }
   // 5. what is still too wide, and empty frames
   const label = el => (el.innerText || '').slice(0, 70).replace(/\n/g, ' ');
   const wide = [];
@@ -233,6 +241,11 @@ PREPARE = r"""([minFont, scale]) => {
         && !el.innerText.trim() && !el.querySelector('img, svg, mjx-container'))
       empty.push(el.className + ': ' + label(el.closest('.cell') || el.parentElement));
   }
+  // A block that scrolls is one piece to Chromium's pagination: a tall code block would move
+  // whole to the next page and leave its frame empty behind it. Every block fits now, so
+  // none needs to scroll: they may all break across pages.
+  for (const el of art.querySelectorAll('pre, div.highlight, .cell_output, .output'))
+    el.style.setProperty('overflow', 'visible', 'important');
   return {outline, toc, start: introTitle ? anchor(introTitle) : null, shrunk, wrapped, wide, empty,
           pre: art.querySelectorAll('pre').length};
 }"""
@@ -279,6 +292,7 @@ def print_pdf(site: Path, pdf: Path, browser: str, tagged: bool = False) -> dict
             body = page.pdf(**options, tagged=tagged, display_header_footer=True,
                             header_template="<span></span>", footer_template=FOOTER)
             report["blank_pages"] = blank_pages(body)
+            report["empty_frame_pages"] = empty_frames(body)
             pages = destination_pages(body, report["outline"], report["toc"] + [report["start"]])
             start = pages["toc"].pop()   # the introduction's page: the contents end before it
             toc_pages = start - 1 if start else 0
@@ -328,6 +342,89 @@ def blank_pages(data: bytes) -> list[int]:
         data_ = content.get_data() if content is not None else b""
         texts = len(re.findall(rb"\bT[jJ]\b", data_))
         if texts <= FOOTER_TEXTS and not re.search(rb"\bDo\b", data_):
+            out.append(i + 1)
+    return out
+
+
+_TOKEN = re.compile(rb"<[0-9A-Fa-f\s]*>|\((?:\\.|[^\\)])*\)|\[|\]|/[^\s/\[\]()<>]+|"
+                    rb"[-+]?\d*\.?\d+|[A-Za-z'\"*]+")
+
+
+def _frames_and_marks(content: bytes):
+    """From one page's content stream (Chromium's: rectangles, text, images under nested
+    transforms): the filled grey rectangles as wide as a code block (a code block's or an
+    output's frame) and the points where text or an image is drawn, in page coordinates."""
+    frames, marks = [], []
+    ctm, fill = (1, 0, 0, 1, 0, 0), None
+    stack, args, tm, path = [], [], (1, 0, 0, 1, 0, 0), []
+
+    def mul(m, n):
+        a, b, c, d, e, f = m
+        A, B, C, D, E, F = n
+        return (a * A + b * C, a * B + b * D, c * A + d * C, c * B + d * D,
+                e * A + f * C + E, e * B + f * D + F)
+
+    def point(x, y, m):
+        return (m[0] * x + m[2] * y + m[4], m[1] * x + m[3] * y + m[5])
+
+    for tok in _TOKEN.findall(content):
+        c = tok[:1]
+        if c in b"-+.0123456789":
+            args.append(float(tok))
+            continue
+        if c in b"</([]" :
+            args.append(None)
+            continue
+        op = tok
+        if op == b"q":
+            stack.append((ctm, fill))
+        elif op == b"Q" and stack:
+            ctm, fill = stack.pop()
+        elif op == b"cm" and len(args) >= 6:
+            ctm = mul(tuple(args[-6:]), ctm)
+        elif op == b"rg" and len(args) >= 3:
+            fill = tuple(args[-3:])
+        elif op in (b"m", b"l") and len(args) >= 2:
+            path.append(point(args[-2], args[-1], ctm))
+        elif op == b"c" and len(args) >= 6:
+            path += [point(args[i], args[i + 1], ctm) for i in (-6, -4, -2)]
+        elif op == b"re" and len(args) >= 4:
+            x, y, w, h = args[-4:]
+            path += [point(x, y, ctm), point(x + w, y + h, ctm)]
+        elif op in (b"f", b"f*", b"F", b"B", b"B*", b"b", b"b*"):
+            if path:
+                xs, ys = [q[0] for q in path], [q[1] for q in path]
+                grey = fill and 0.88 <= fill[0] <= 0.985 and max(fill) - min(fill) < 0.03
+                if grey and max(xs) - min(xs) > 300 and max(ys) - min(ys) > 6:
+                    frames.append((min(xs), min(ys), max(xs), max(ys)))
+            path = []
+        elif op in (b"n", b"S", b"s"):
+            path = []
+        elif op == b"Tm" and len(args) >= 6:
+            tm = tuple(args[-6:])
+        elif op == b"Td" and len(args) >= 2:
+            tm = (*tm[:4], tm[4] + args[-2] * tm[0], tm[5] + args[-1] * tm[3])
+        elif op in (b"Tj", b"TJ", b"'", b'"'):
+            marks.append(point(tm[4], tm[5], ctm))
+        elif op == b"Do":
+            marks.append(point(0.5, 0.5, ctm))
+        args = [] if op not in (b"[", b"]") else args
+    return frames, marks
+
+
+def empty_frames(data: bytes) -> list[int]:
+    """The 1-based pages that hold a code or output frame with nothing drawn inside it (a
+    block that moved on to the next page whole and left its frame behind)."""
+    import io
+
+    from pypdf import PdfReader
+
+    out = []
+    for i, page in enumerate(PdfReader(io.BytesIO(data)).pages):
+        content = page.get_contents()
+        frames, marks = _frames_and_marks(content.get_data() if content is not None else b"")
+        if any(not any(x0 <= x <= x1 and y0 <= y <= y1 for x, y in marks)
+               for x0, y0, x1, y1 in frames):
             out.append(i + 1)
     return out
 
@@ -413,6 +510,8 @@ def main(argv=None) -> int:
     if report.get("wide"):
         problems.append(f"{len(report['wide'])} blocks wider than the page would be cut: "
                         + "; ".join(report["wide"][:5]))
+    if report.get("empty_frame_pages"):
+        problems.append(f"empty code frames on pages {report['empty_frame_pages'][:10]}")
     if report.get("blank_pages"):
         problems.append(f"blank pages: {report['blank_pages'][:10]}")
     if report.get("empty"):
