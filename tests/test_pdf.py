@@ -118,6 +118,23 @@ def test_the_outline_is_the_books_pages_and_their_sections(printed):
     assert len(report["toc"]) >= len(top) - 1
     for anchor, number in zip(report["toc"], report["toc_numbers"]):
         assert where[title_of[anchor]] == number, (title_of[anchor], number)
+    # each heading is printed on the page its outline item goes to (its first characters, as
+    # pypdf reads them: ligatures undone)
+    def norm(s):
+        for lig, plain in (("\ufb00", "ff"), ("\ufb01", "fi"), ("\ufb02", "fl"), ("\ufb03", "ffi")):
+            s = s.replace(lig, plain)
+        return re.sub(r"\s+", " ", s)
+
+    texts = {}
+    wrong = []
+    for item in [i for i in reader.outline if not isinstance(i, list)] + \
+            [c for i in reader.outline if isinstance(i, list) for c in i if not isinstance(c, list)]:
+        page = reader.get_destination_page_number(item)
+        if page not in texts:
+            texts[page] = norm(reader.pages[page].extract_text())
+        if norm(item.title)[:12] not in texts[page]:
+            wrong.append((item.title, page + 1))
+    assert not wrong, wrong[:10]
     # ... and the contents' pages show those numbers (laid over them after the first print)
     shown = " ".join(reader.pages[i].extract_text() for i in range(report["toc_pages"]))
     shown = shown.replace("\ufb01", "fi").replace("\ufb02", "fl")

@@ -90,7 +90,6 @@ PAGE = {"format": "A4", "margin": {"top": "16mm", "bottom": "16mm", "left": "14m
 SCALE = 0.8
 # The CSS width the print lays the book out at: A4's 210 mm less 28 mm of margins, over SCALE.
 LAYOUT_WIDTH = int((210 - 28) / 25.4 * 96 / SCALE)   # 859 px
-TOP_MARGIN_PT = 16 / 25.4 * 72
 FOOTER = ('<div style="font-size:8px;width:100%;text-align:center">'
           '<span class="pageNumber"></span> / <span class="totalPages"></span></div>')
 # Smallest font a wide block is shrunk to (layout px; prints at SCALE x, 6.4 pt) before its
@@ -123,6 +122,12 @@ PREPARE = r"""([minFont, scale]) => {
       a.id = 'pdf-dest-' + anchors.size;
       h.prepend(a);
       anchors.set(h, a.id);
+      // a link painted where the heading is printed: its annotation tells the page exactly
+      // (Chromium's named destinations can be a page off next to a page break)
+      const mark = document.createElement('a');
+      mark.className = 'pdf-mark';
+      mark.href = '#' + a.id;
+      a.after(mark);
     }
     return anchors.get(h);
   };
@@ -309,19 +314,43 @@ def print_pdf(site: Path, pdf: Path, browser: str, tagged: bool = False) -> dict
     return report
 
 
+MARK = "pdf-dest-"
+
+
+def _link_name(annot) -> str | None:
+    """The named destination an internal link annotation points at."""
+    dest = annot.get("/Dest")
+    if dest is None and annot.get("/A") is not None:
+        dest = annot["/A"].get("/D")
+    return str(dest).lstrip("/") if dest is not None else None
+
+
+def _marked_pages(reader) -> dict:
+    """Element id -> (0-based page, top) of the mark links PREPARE put in the headings: the
+    page whose annotations hold the link is the page the heading is printed on."""
+    out = {}
+    for i, page in enumerate(reader.pages):
+        for ref in page.get("/Annots") or []:
+            annot = ref.get_object()
+            if annot.get("/Subtype") != "/Link":
+                continue
+            name = _link_name(annot)
+            if name and name.startswith(MARK) and name not in out:
+                out[name] = (i, float(annot["/Rect"][3]))
+    return out
+
+
 def _named_pages(reader) -> dict:
-    """Named destination (an element id) -> (0-based page, top)."""
+    """Element id -> (0-based page, top): from the mark links where there are any, else from
+    the named destination (an element id) Chromium writes for every link target."""
     out = {}
     for name, dest in reader.named_destinations.items():
         try:
             page, top = reader.get_destination_page_number(dest), float(dest.top)
         except Exception:  # a destination pypdf cannot place
             continue
-        if top < 0 and page + 1 < len(reader.pages):
-            # Chromium places an element at the very top of a page below the foot of the
-            # page before it (a negative top): it is the next page's first line
-            page, top = page + 1, float(reader.pages[page + 1].mediabox.top) - TOP_MARGIN_PT
         out[name.lstrip("/")] = (page, top)
+    out.update(_marked_pages(reader))
     return out
 
 
@@ -452,6 +481,14 @@ def finish(body: bytes, numbers: bytes | None, outline: list[dict], places: list
     logging.getLogger("pypdf").setLevel(logging.ERROR)   # Chromium's trailer: a harmless warning
 
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(body)))
+    for page in writer.pages:   # the mark links have done their work
+        annots = page.get("/Annots")
+        if annots:
+            keep = [a for a in annots if not ((_link_name(a.get_object()) or "").startswith(MARK)
+                                              and a.get_object().get("/Subtype") == "/Link")]
+            if len(keep) != len(annots):
+                from pypdf.generic import ArrayObject, NameObject
+                page[NameObject("/Annots")] = ArrayObject(keep)
     if numbers:
         for i, overlay in enumerate(PdfReader(io.BytesIO(numbers)).pages):
             writer.pages[i].merge_page(overlay)
