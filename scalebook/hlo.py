@@ -88,6 +88,44 @@ class Collective:
             return None
         return ring_bytes("reduce-scatter", _sum_bytes(self.operand_shapes), self.group_size)
 
+    @property
+    def source_target_pairs(self) -> tuple:
+        """For a collective-permute: its (source, target) pairs of partition ids, as the
+        program lists them (self-pairs included); () for any other kind."""
+        return tuple(self.groups) if self.kind == "collective-permute" else ()
+
+    def hops(self, mesh_shape, axis: int) -> tuple | None:
+        """For a collective-permute on a mesh of ``mesh_shape``: the distinct hops its real
+        sends make along mesh dimension ``axis`` (an int), sorted, each taken the short way
+        round that axis's ring, between -n/2 and n/2 (on an axis of 4, a send from position
+        3 to 0 is +1 and one from 0 to 3 is -1; 0 to 2 is 2). None if a send also moves
+        along another mesh dimension. Partition ids number the mesh's positions in
+        row-major order, as the compiled program does (not ``device.id``). A ring step
+        between neighbours gives ``(-1,)`` or ``(1,)``."""
+        if self.kind != "collective-permute":
+            raise ValueError(f"hops are defined for a collective-permute; this is {self.kind}")
+        shape = tuple(int(s) for s in mesh_shape)
+        if not shape or any(s < 1 for s in shape):
+            raise ValueError(f"mesh_shape must be positive axis sizes; got {mesh_shape!r}")
+        if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(shape):
+            raise ValueError(f"axis must be a mesh dimension, 0 to {len(shape) - 1}; "
+                             f"got {axis!r}")
+        size = math.prod(shape)
+        n = shape[axis]
+        found = set()
+        for s, t in self.source_target_pairs:
+            if s == t:
+                continue
+            if not (0 <= s < size and 0 <= t < size):
+                raise ValueError(f"pair ({s}, {t}) names a partition outside a mesh of "
+                                 f"{size} devices {shape}")
+            ps, pt = np.unravel_index(s, shape), np.unravel_index(t, shape)
+            if any(a != b for d, (a, b) in enumerate(zip(ps, pt)) if d != axis):
+                return None
+            d = (int(pt[axis]) - int(ps[axis])) % n
+            found.add(d - n if d > n / 2 else d)
+        return tuple(sorted(found))
+
     def __str__(self) -> str:
         extra = " (all-reduce + slice: a reduce-scatter on CPU)" if self.rs_like else ""
         loop = f" x{self.count}" if self.count != 1 else ""

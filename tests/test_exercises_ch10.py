@@ -124,6 +124,28 @@ def cm_wrong_rows(a, w):
     return acc
 
 
+def cm_k_hops(a, w):
+    """Sends each device's own chunk k hops in one permute at step k: right numbers, three
+    permutes of one chunk each, but the second one jumps 2 positions along 'y'."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = a @ jax.lax.dynamic_slice_in_dim(w, i * c, c, axis=0)
+    for k in range(1, n):
+        got = jax.lax.ppermute(a, "y", [(j, (j - k) % n) for j in range(n)])
+        acc = acc + got @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+    return acc
+
+
+def cm_right_the_other_way(a, w):
+    """Chunks go right instead of left: neighbours too, so right."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i - k) % n) * c, c, axis=0)
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j + 1) % n) for j in range(n)])
+    return acc
+
+
 def cm_gather_by_permutes(a, w):
     """Gathers A with three permutes, then one matmul: right numbers, nothing overlapped."""
     n, i = 4, jax.lax.axis_index("y")
@@ -156,7 +178,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
     "10.7": [(lambda a, w: jax.lax.all_gather(a, "y", axis=1, tiled=True) @ w, "plain version"),
              (cm_wrong_rows, "wrong numbers"),
              (lambda a, w: a @ w, "D/4 rows"),
-             (cm_gather_by_permutes, "hides nothing")],
+             (cm_gather_by_permutes, "hides nothing"),
+             (cm_k_hops, "2 hops along 'y'")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
              (lambda: P(None, None, "model", None), "1/8"),
              (lambda: P("batch", None, "model", None), "'data' and 'model'"),
@@ -184,6 +207,11 @@ def test_code_right_answers(ex):
 def test_code_wrong_answers_get_their_hint(ex, answer, phrase):
     r = evaluate(ex, answer)
     assert r.status == "wrong" and phrase in r.message, r
+
+
+def test_10_7_accepts_neighbour_sends_either_way_round():
+    r = evaluate("10.7", cm_right_the_other_way)
+    assert r.correct, r
 
 
 @pytest.mark.parametrize("ex", sorted(CODE_RIGHT))

@@ -274,6 +274,20 @@ def _cm_collectives(records, case):
                 f"(the last chunk is used where it arrives, not sent on)")
     if any(r.group_size != 8 for r in perms):
         return "every device should pass its chunk to a neighbour along 'y' in each step"
+    y = MESH_AXES.index("y")
+    n = MESH_SHAPE[y]                    # y is the last mesh axis: position p % n along it
+    for r in perms:
+        hops = r.hops(MESH_SHAPE, y)
+        if hops is None:
+            return "every chunk should move along 'y' only, within its row of the mesh"
+        if any(abs(h) != 1 for h in hops):
+            k = max(abs(h) for h in hops)
+            s, t = next((s, t) for s, t in r.source_target_pairs if (t - s) % n in (k, n - k))
+            return (f"a permute sends chunks {k} hops along 'y' (from position {s % n} to "
+                    f"{t % n}); in a collective matmul each device sends only to its "
+                    f"neighbour and, in the next step, passes on the chunk it has just "
+                    f"received: the same one-hop pairs every step, e.g. "
+                    f"[(j, (j - 1) % 4) for j in range(4)]")
     return None
 
 
