@@ -20,6 +20,7 @@ Modules (chapter that derives them)::
   training        the training planner: plan_training, InfeasiblePlan, MFU from reports (6)
   serving         the serving planner: slice, batch, step time, tokens/s/chip, $/Mtok, Pareto (8)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
+  multihost       several JAX processes on one machine: jax.distributed on CPU (10)
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
                   a LLaMA-3 layer in auto/explicit/manual mode (10)
   measure         timing on this machine: measured matmul and bandwidth rooflines (1)
@@ -73,6 +74,7 @@ Formula or task -> function::
   collectives of a lowered program, abstract mesh  sharding.lowered_collectives / record_time
   collective matmul and its overlapped time       sharding.collective_matmul / collective_matmul_times
   LLaMA-3 layer sharded for training and decode   sharding.layer_specs / layer_structs / layer_fn
+  a multi-process run (jax.distributed) on CPU    multihost.run_local / worker
   collective latency, latency-bound buffer size   collectives.latency_steps / latency_bound_bytes
   decode critical batch B* = C s_w / 2 W_hbm      inference.decode_critical_batch
   attention FLOPs/bytes, fused vs naive           inference.attention_cost (AttentionCost)
