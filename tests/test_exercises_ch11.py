@@ -215,3 +215,14 @@ def test_11_13_reference_follows_the_model():
     f_star = C_H100 * 2 * t / 2
     assert 14336 < f_star
     assert evaluate("11.13", "communication").correct
+
+
+def test_the_grader_judges_the_exported_mesh_program():
+    """In an assignment the student's kernel exports the program and the grader's checker
+    runs it on values of its own: right and wrong answers come out the same way."""
+    e = get_exercise("11.12")
+    right = e.evaluate_exported(e.export_programs(hier_ar_right), seed=7)
+    assert right.correct, right
+    flat = e.evaluate_exported(e.export_programs(
+        lambda b: jax.lax.psum(b, ("node", "gpu"))), seed=7)
+    assert flat.status == "wrong" and "flat all-reduce" in flat.message
