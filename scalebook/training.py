@@ -50,8 +50,8 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   forward pass) and, with kept weights, the fsdp reduce-scatter after the last backward
   pass and the all-gather before the first forward pass;
 * on a GPU, a collective over a group that spans nodes runs in two levels: within each
-  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC
-  (chapter 5's hierarchical collective).
+  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC, the
+  phases one after the other (:func:`scalebook.collectives.hierarchical_time`, chapter 11).
 
 The bound is the largest of the compute, the bubble and each network's exposed time. Memory
 per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
