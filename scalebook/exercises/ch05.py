@@ -17,6 +17,7 @@ from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise, NotAttempted,
                     NumericExercise, VariedNumericExercise, mesh_inputs, returns_something)
+from .kinds import statement_names as _words
 
 __all__ = []
 
@@ -32,17 +33,6 @@ _TPUS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
 _GPUS = ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200")
 
 
-def _words(model=None, chip=None, **_):
-    """Fields for a statement: the model's and the chip's names."""
-    out = {}
-    if model is not None:
-        size = model.split("-", 1)[1].upper()
-        out.update(size=size, model_name=f"LLaMA-3 {size}")
-    if chip is not None:
-        short = chip.split("-", 1)[1]
-        out.update(chip_name=get_chip(chip).display_name,
-                   chip_short=short.upper() if chip.startswith("gpu") else short)
-    return out
 
 
 def _pct(x):

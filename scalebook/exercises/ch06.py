@@ -11,6 +11,7 @@ from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
                     as_number)
+from .kinds import statement_names as _words
 
 __all__: list[str] = []
 
@@ -44,17 +45,6 @@ def _sci(x, digits=None):
     return f"{mantissa}e{int(exponent)}"
 
 
-def _words(model=None, chip=None, **_):
-    """Fields for a statement: the model's and the chip's names."""
-    out = {}
-    if model is not None:
-        size = model.split("-", 1)[1].upper()
-        out.update(size=size, model_name=f"LLaMA-3 {size}")
-    if chip is not None:
-        short = chip.split("-", 1)[1]
-        out.update(chip_name=get_chip(chip).display_name,
-                   chip_short=short.upper() if chip.startswith("gpu") else short)
-    return out
 
 
 # 6.1 ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, stric
 
 __all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
            "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something",
-           "is_stub", "dtype_rtol", "same_number"]
+           "is_stub", "dtype_rtol", "same_number", "statement_names"]
 
 NO_RETURN = "your function has no return (it returned None)"
 
@@ -680,6 +680,22 @@ def _unsafe_calls(text: str) -> str:
     targets = set(re.findall(r"custom_call\s*@([\w.$-]+)", text))
     targets |= set(re.findall(r'call_target_name\s*=\s*"([^"]+)"', text))
     return ", ".join(sorted(t for t in targets if t not in _SAFE_TARGETS))
+
+
+def statement_names(model=None, chip=None, **_):
+    """Fields for a variant's statement: a LLaMA-3 model's size and name ("70B",
+    "LLaMA-3 70B") and a chip's display and short names ("TPU v5e", "v5e"; "H100")."""
+    from ..hardware import get_chip
+
+    out = {}
+    if model is not None:
+        size = model.split("-", 1)[1].upper()
+        out.update(size=size, model_name=f"LLaMA-3 {size}")
+    if chip is not None:
+        short = chip.split("-", 1)[1]
+        out.update(chip_name=get_chip(chip).display_name,
+                   chip_short=short.upper() if chip.startswith("gpu") else short)
+    return out
 
 
 def mesh_inputs(shapes, seed):
