@@ -210,6 +210,7 @@ register(VariedNumericExercise(
     choose={"chip": _GPUS, "gpus": (4096, 8192, 16_384, 24_576),
             "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
     solve=lambda chip, gpus, mfu: _days_405b(mfu, gpus, chip), hints_for=_ex5_hints,
+    chips=lambda gpus, **_: gpus,
     describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}"},
     statement="Suppose the whole LLaMA-3 405B run used {gpus:,} {chip_name} GPUs. If they "
               "sustain {pct}% of their dense bf16 peak (the book's hardware table), how many "

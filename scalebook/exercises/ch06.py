@@ -111,7 +111,7 @@ register(VariedNumericExercise(
     params={"chip": "gpu-h100", "gpus": 16384, "mfu": 0.40},
     choose={"chip": _GPUS, "gpus": (4096, 8192, 16384, 24576),
             "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
-    solve=_days_405b, hints_for=_ex2_hints,
+    solve=_days_405b, hints_for=_ex2_hints, chips=lambda gpus, **_: gpus,
     describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}",
                                       "gpus_k": f"{gpus // 1024}K"},
     variant_title="Days for 405B on {gpus_k} {chip_short}s",
@@ -201,7 +201,7 @@ def _fsdp_gather_s():
 
 register(NumericExercise(
     id="6.5", title="FSDP gathers over the scale-out network", unit="s", rtol=0.03,
-    reference=_fsdp_gather_s,
+    reference=_fsdp_gather_s, ring=4,
     hints=[
         (lambda a: _close(a, _fsdp_gather_s() / 2), "that is one gather: FSDP gathers the "
                                                     "weights for the forward and again for "
@@ -273,7 +273,7 @@ register(VariedNumericExercise(
     params={"chip": "gpu-h100", "gpus": 16384, "batch": 2**24, "step": 7.0},
     choose={"chip": _GPUS, "gpus": (8192, 16384, 24576), "batch": (2**23, 2**24),
             "step": (3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0)},
-    solve=_mfu_tp, hints_for=_ex7_hints,
+    solve=_mfu_tp, hints_for=_ex7_hints, chips=lambda gpus, **_: gpus,
     valid=_ex7_ok,
     describe=lambda chip, gpus, batch, step: {**_words(chip=chip),
                                               "log2B": batch.bit_length() - 1},

@@ -139,7 +139,7 @@ register(VariedNumericExercise(
     params={"B": _B2, "T": _T2, "chip": "gpu-h100"},
     choose={"B": (16, 32, 48, 64, 96, 128), "T": (2048, 4096, 8192, 16384, 32768),
             "chip": _GPUS},
-    solve=_ref72, hints_for=_hints72, valid=_fits72,
+    solve=_ref72, hints_for=_hints72, valid=_fits72, chips=8,
     describe=lambda B, T, chip: {"chip_name": _chip_name(chip)},
     statement="LLaMA-3 70B in bf16 decodes a batch of {B} sequences at context $T = {T}$ "
               "with a bf16 cache on 8 {chip_name} GPUs. What is the memory-time bound "
@@ -297,7 +297,7 @@ register(VariedNumericExercise(
     params={"n": 16, "chip": "tpu-v5p", "hop_us": 2},
     choose={"n": (4, 8, 16), "chip": _TPUS, "hop_us": (1, 2, 5)},
     solve=lambda n, chip, hop_us: _v_star(n=n, chip=chip, hop_us=hop_us),
-    hints_for=_hints77,
+    hints_for=_hints77, ring=lambda n, **_: n,
     describe=lambda n, chip, hop_us: {"chip_name": _chip_name(chip)},
     statement="An all-reduce runs over one torus axis of {n} {chip_name} chips (per-link "
               "bandwidth from the hardware table, bidirectional ring) with a per-hop latency "
