@@ -308,22 +308,26 @@ def _add(total: dict, counts: dict) -> None:
 
 def battery_table(rows: dict, first: str = "chapter") -> str:
     """A table of outcomes: ``rows`` maps a label (a chapter) to (exercises, counts,
-    pitfall counts or None); a last row sums them."""
+    pitfall counts or None); a last row sums them. Columns: the slips the check saw, how
+    many got the exercise's own hint, a generic hint naming the slip, only "too large" or
+    the like; how many were wrongly handled (accepted, or named as another slip); how many
+    the check cannot see (skipped); the share of specific messages (own + generic) and of
+    own hints; and the known pitfalls, with the share named."""
     head = (f"{first:>18} {'exerc.':>6} {'slips':>5} {'own':>5} {'generic':>7} "
-            f"{'unspec.':>7} {'wrong':>5} {'skipped':>7} {'specific':>8} {'own':>6} "
-            f"{'pitfalls':>8} {'named':>6}")
+            f"{'unspec.':>7} {'wrong':>5} {'skipped':>7} {'specific':>8} {'own':>6}")
+    if any(p for _, _, p in rows.values()):
+        head += f" {'pitfalls':>8} {'named':>6}"
     lines = [head]
     total, ptotal, n_ex = {}, {}, 0
 
     def line(label, n, c, p):
         bad = c.get("accepted", 0) + c.get("misnamed", 0) + c.get("other", 0)
         own = c["own"] / tried(c) if tried(c) else 1.0
-        pit = (f"{tried(p):>8} {specific_share(p):>6.0%}" if p and tried(p)
-               else f"{'':>8} {'':>6}")
+        pit = f" {tried(p):>8} {specific_share(p):>6.0%}" if p and tried(p) else ""
         ex = f"{n:>6}" if n else f"{'':>6}"
         return (f"{label:>18} {ex} {tried(c):>5} {c['own']:>5} {c['generic']:>7} "
                 f"{c['unspecific']:>7} {bad:>5} {c['skipped']:>7} "
-                f"{specific_share(c):>8.1%} {own:>6.1%} {pit}")
+                f"{specific_share(c):>8.1%} {own:>6.1%}{pit}")
     for label, (n, counts, pits) in rows.items():
         lines.append(line(label, n, counts, pits))
         n_ex += n
@@ -373,6 +377,16 @@ def summary_from_records(records) -> str:
         _add(pits, rec.get("pitfalls", {}))
         rows[str(rec["chapter"])] = (n + 1, counts, pits)
     return battery_table(dict(sorted(rows.items(), key=lambda kv: int(kv[0]))))
+
+
+def pitfall_line(records) -> str:
+    """One line on the chapters' known pitfalls, from the tests' ``slip_battery`` records."""
+    total = dict.fromkeys(OUTCOMES, 0)
+    for rec in map(json.loads, records):
+        _add(total, rec.get("pitfalls", {}))
+    return (f"Known pitfalls in the chapters' tests that ran: {tried(total)}, "
+            f"{specific_share(total):.1%} named by the exercise's own or a generic hint, "
+            f"{total['accepted']} accepted.")
 
 
 def full_battery(chapters=None) -> tuple[dict, list]:

@@ -16,6 +16,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 
+from exercise_harness import slip_battery_tests  # noqa: E402
 from scalebook.exercises import evaluate  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
 
@@ -48,6 +49,11 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
     "10.5": [("x", "still differs along 'y'"), ("both", "[8, 16]"), ("none", "all 8 devices"),
              ("invarying", "one of")],
 }
+
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with the
+# mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(10, {ex: [a for a, _ in v if not isinstance(a, str)]
+                                         for ex, v in HINTS.items()}))
 
 
 @pytest.mark.parametrize("ex", sorted(RIGHT))

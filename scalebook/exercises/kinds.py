@@ -172,9 +172,9 @@ def _ratio_hint(ratio: float, unit: str = "", close=None) -> str | None:
         if close(1 / factor, 0.03):
             return f"about {name}x too small{extra}."
     if _is_dimensionless(unit) and close(100, 0.03):
-        what = ("a fraction between 0 and 1 (27% is 0.27)" if unit.startswith("fraction")
-                else "the number itself, not a percentage (27% is 0.27, 198% is 1.98)")
-        return f"100x too large: that looks like a percentage; give {what}."
+        what = ("as a fraction between 0 and 1 (27% is 0.27)" if unit.startswith("fraction")
+                else "as a ratio, not a percentage (198% is 1.98, 27% is 0.27)")
+        return f"100x too large: that looks like a percentage; give it {what}."
     for k in range(1, 6):
         big = 10.0 ** (3 * k)
         if close(big, 0.1):
