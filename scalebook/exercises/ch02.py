@@ -372,6 +372,9 @@ def _ex8_hints(model, chip, shape):
          f"once."),
         (lambda a: _close(a, _pcie_load(hosts, chip, w)),
          "count PCIe links per chip, not per host."),
+        (lambda a: _close(a, _pcie_load(n, chip, w) / 2),
+         "2x too small: a bf16 weight is 2 bytes, and the load crosses PCIe one way "
+         "(pcie_bandwidth is already one direction: do not double it)."),
     ]
 
 

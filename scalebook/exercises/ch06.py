@@ -69,6 +69,11 @@ def _ex1_hints(model, tokens):
                                          "backward pass costs twice the forward."),
         (lambda a: _close(a, flops * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
                                              "token) to the backward (4N)."),
+        (lambda a: _close(a, flops / 2), "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a "
+                                         "token costs 2 N forward and 4 N backward."),
+        (lambda a: _close(a, 2 * flops), "that is 12 N N_tok: the 6 already counts a "
+                                         "multiply-add as 2 FLOPs (2 N forward, 4 N "
+                                         "backward)."),
     ]
 
 
@@ -103,7 +108,18 @@ def _ex2_hints(chip, gpus, mfu):
         (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
                                           f"only {mfu:.2f} of their peak."),
         (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
-    ]
+    ] + _eight_bit_peak_hint(chip, days)
+
+
+def _eight_bit_peak_hint(chip, days):
+    """The days at the chip's 8-bit peak (twice bf16's on every GPU of the table)."""
+    c = get_chip(chip)
+    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
+    if low is None:
+        return []
+    return [(lambda a: _close(a, days * c.bf16_flops / c.peak_flops(low)),
+             f"that uses the {low} peak ({c.peak_flops(low) / c.bf16_flops:.2g}x the bf16 "
+             f"one); the run's MFU is of the dense bf16 peak.")]
 
 
 register(VariedNumericExercise(

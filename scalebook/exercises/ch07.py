@@ -161,6 +161,7 @@ def _ttft(causal=True, attention=True, factor=1):
 register(NumericExercise(
     id="7.3", title="Time to first token", unit="seconds", rtol=0.02,
     reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 16384, n_chips=8).time,
+    chips=8,
     hints=[
         (lambda a: _close(a, _ttft(causal=False), 0.01),
          "that counts the full S x S score matrix; a causal kernel skips the masked half."),
@@ -344,7 +345,16 @@ def _hints79(alpha, gamma, rho):
          "token of its own)."),
         (lambda a: _close(a, (gamma + 1) / cost),
          "that assumes every draft token is accepted (alpha = 1)."),
-    ]
+        (lambda a: _close(a, 100 * _speedup(alpha, gamma, rho)),
+         "that is the speed-up as a percentage; give it as a ratio (198% is 1.98)."),
+        (lambda a: _close(a, 100 * (_speedup(alpha, gamma, rho) - 1)),
+         "that is how much faster, in percent; the speed-up is the ratio of the two rates "
+         "(1 + that gain, as a fraction)."),
+    ] + ([  # the gain, unless it is also half the speed-up (a speed-up near 2)
+        (lambda a: _close(a, _speedup(alpha, gamma, rho) - 1, 0.005),
+         "that is the gain, the speed-up minus 1; give the ratio of the two rates."),
+    ] if not _close(_speedup(alpha, gamma, rho) - 1, _speedup(alpha, gamma, rho) / 2, 0.05)
+        else [])
 
 
 register(VariedNumericExercise(
