@@ -24,8 +24,8 @@ The tests keep every program XLA compiles in JAX's persistent compilation cache,
 ``_build/jax-cache``, so a second run compiles little (SCALEBOOK_JAX_CACHE=0: no cache).
 ``bench`` options: ``--rounds N`` (3), ``--only PATTERN`` (notebooks whose path matches),
 ``--no-suite`` (skip timing the test suite), ``--suite quick|full|all`` (which tiers: all).
-After the timings ``bench`` prints the exercises' slip battery: how many typical slips get a
-hint that names them (tests/exercise_harness.py).
+After the timings ``bench`` prints the exercises' slip battery: how many typical
+slips get a hint that names them (tests/exercise_harness.py).
 """
 
 from __future__ import annotations
@@ -356,8 +356,9 @@ def time_suite(which: str = "all", run=subprocess.run) -> list[tuple]:
 
 
 def slip_battery_report(root: Path = ROOT) -> str | None:
-    """The slip battery's tables (every numeric exercise's typical slips and the share of
-    messages that name them: tests/exercise_harness.py), or None with a note if it fails."""
+    """The slip battery's tables (every numeric exercise's typical slips and the share
+    of messages that name them: tests/exercise_harness.py), or None with a note if it
+    fails."""
     sys.path.insert(0, str(root / "tests"))
     try:
         from exercise_harness import battery_report

@@ -38,11 +38,12 @@ def built_site(tmp_path_factory):
     return out / "_build" / "html", json.loads(result.read_text())
 
 
-# The slip battery's table (tests/exercise_harness.py, issue 25), printed after the run: the
-# all-chapter one when tests/test_slip_battery.py ran, else the chapters whose tests ran;
-# then the chapters' known pitfalls (their test files' typical mistakes).
+# The slip battery's table (tests/exercise_harness.py, issue 25), printed after the run:
+# the all-chapter one when tests/test_slip_battery.py ran, else the chapters whose tests
+# ran; then the chapters' known pitfalls (their test files' typical mistakes).
 def pytest_terminal_summary(terminalreporter):
-    reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+    stats = terminalreporter.stats
+    reports = [r for key in ("passed", "failed") for r in stats.get(key, [])
                if getattr(r, "when", None) == "call"]
     props = [(k, v) for r in reports for k, v in getattr(r, "user_properties", [])]
     report = next((v for k, v in props if k == "slip_battery_report"), None)
@@ -51,8 +52,8 @@ def pytest_terminal_summary(terminalreporter):
         return
     from exercise_harness import pitfall_line, summary_from_records
     if report is None:
-        report = ("Slip battery (issue 25): share of rejected slips whose message names "
-                  "the slip\n" + summary_from_records(records))
+        report = ("Slip battery (issue 25): share of rejected slips whose message "
+                  "names the slip\n" + summary_from_records(records))
     terminalreporter.section("slip battery")
     terminalreporter.write_line(report)
     if records:

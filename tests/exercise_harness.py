@@ -33,7 +33,8 @@ import pytest
 
 from scalebook.exercises import NumericExercise, chapter_ids, evaluate, get_exercise
 from scalebook.exercises.core import draw_variant
-from scalebook.exercises.kinds import VariedNumericExercise, _is_dimensionless, _is_size_unit
+from scalebook.exercises.kinds import (VariedNumericExercise, _is_dimensionless,
+                                       _is_size_unit)
 
 MALFORMED = ["0.0012", None, [1, 2], float("nan"), True, {"a": 1}]
 
@@ -109,7 +110,7 @@ def standard_tests(chapter: int, right: dict, wrong: dict, hints: dict | None = 
                        if m in evaluate(ex, answer).message}
             assert reached == messages, f"hints never reached: {messages - reached}"
         tests["test_every_hint_is_reached"] = test_every_hint_is_reached
-    pitfalls = {ex: [a for a in list(wrong.get(ex, [])) + [a for a, _ in hints.get(ex, [])]
+    pitfalls = {ex: [a for a in [*wrong.get(ex, []), *(a for a, _ in hints.get(ex, []))]
                      if isinstance(a, (int, float)) and not isinstance(a, bool)]
                 for ex in set(wrong) | set(hints)
                 if isinstance(get_exercise(ex), NumericExercise)}
@@ -117,23 +118,24 @@ def standard_tests(chapter: int, right: dict, wrong: dict, hints: dict | None = 
     return tests
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The standard slip battery (issue 25). Every numeric exercise's reference, with its own
-# numbers and with the variants of a few students, times each typical slip that applies to
-# it: x2 and x1/2; x1000 and x1/1000 (a unit prefix); the ring factor (n - 1)/n dropped or
-# added, for the group sizes n of the collectives the exercise declares (``ring``); x n and
-# x 1/n for the chips it declares (``chips``: per chip vs the whole slice); for sizes GB vs
-# GiB and kB vs KiB (1.024**3 and 1.024, both ways) and bits vs bytes (x8, x1/8, also for
-# bandwidths); for a fraction, or a ratio up to 10, the percentage (x100). A whole-number
-# answer slips to the nearest whole number. A slip the check cannot see (inside the
-# tolerance, or rounding to the answer itself) is skipped. Every other slip must be
-# rejected, and its message is "own" (one of the exercise's hints), "generic" (a generic
-# hint naming a factor, a unit, a prefix, the ring factor, the chips or a percentage) or
-# "unspecific" (only too large / too small / far off). A generic hint that names another
-# slip than the one made ("misnamed") fails the test. A chapter's known pitfalls (its
-# test file's WRONG and HINTS answers) are run through the same classification.
-# tests/test_slip_battery.py asserts the share of specific messages over all chapters;
-# tests/conftest.py prints the table at the end of a run, and ``tasks.py bench`` too.
+# numbers and with the variants of a few students, times each typical slip that applies
+# to it: x2 and x1/2; x1000 and x1/1000 (a unit prefix); the ring factor (n - 1)/n
+# dropped or added, for the group sizes n of the collectives the exercise declares
+# (``ring``); x n and x 1/n for the chips it declares (``chips``: per chip vs the whole
+# slice); for sizes GB vs GiB and kB vs KiB (1.024**3 and 1.024, both ways) and bits vs
+# bytes (x8, x1/8, also for bandwidths); for a fraction, or a ratio up to 10, the
+# percentage (x100). A whole-number answer slips to the nearest whole number. A slip the
+# check cannot see (inside the tolerance, or rounding to the answer itself) is skipped.
+# Every other slip must be rejected, and its message is "own" (one of the exercise's
+# hints), "generic" (a generic hint naming a factor, a unit, a prefix, the ring factor,
+# the chips or a percentage) or "unspecific" (only too large / too small / far off). A
+# generic hint that names another slip than the one made ("misnamed") fails the test. A
+# chapter's known pitfalls (its test file's WRONG and HINTS answers) are run through the
+# same classification. tests/test_slip_battery.py asserts the share of specific messages
+# over all chapters; tests/conftest.py prints the table at the end of a run, and
+# ``tasks.py bench`` too.
 
 BATTERY_SECRET = "scalebook slip battery"
 BATTERY_STUDENTS = tuple(f"student-{i}" for i in range(5))
@@ -165,15 +167,16 @@ def _bandwidth(unit: str) -> bool:
 
 
 def standard_slips(ex, reference: float | None = None) -> list[Slip]:
-    """The standard slips that apply to numeric exercise ``ex`` (one per distinct factor:
-    a slip that is two at once, e.g. x8 as bits and as 8 chips, names both)."""
+    """The standard slips that apply to numeric exercise ``ex`` (one per distinct
+    factor: a slip that is two at once, e.g. x8 as bits and as 8 chips, names both)."""
     ref = float(ex.reference()) if reference is None else reference
     slips = [Slip("x2", 2, ("2x",), "x2, x1/2"), Slip("x1/2", 0.5, ("2x",), "x2, x1/2"),
              Slip("x1000", 1e3, ("1e+03x",), "x1000, x1/1000"),
              Slip("x1/1000", 1e-3, ("1e+03x",), "x1000, x1/1000")]
     for n in ex.ring_sizes():
         words = (f"n = {n}",) + (("2x",) if n == 2 else ())
-        slips += [Slip(f"ring {n}/{n - 1} (dropped)", n / (n - 1), words, "ring (n-1)/n"),
+        slips += [Slip(f"ring {n}/{n - 1} (dropped)", n / (n - 1), words,
+                       "ring (n-1)/n"),
                   Slip(f"ring {n - 1}/{n} (added)", (n - 1) / n, words, "ring (n-1)/n")]
     size = _is_size_unit(ex.unit) and not _bandwidth(ex.unit)
     if size:
@@ -184,7 +187,8 @@ def standard_slips(ex, reference: float | None = None) -> list[Slip]:
     if size or _bandwidth(ex.unit):
         slips += [Slip("bits for bytes", 8, ("bits",), "bits<->bytes"),
                   Slip("bytes for bits", 1 / 8, ("bits",), "bits<->bytes")]
-    if ex.unit.startswith("fraction") or (_is_dimensionless(ex.unit) and abs(ref) <= 10):
+    if ex.unit.startswith("fraction") or (_is_dimensionless(ex.unit)
+                                          and abs(ref) <= 10):
         slips.append(Slip("percent", 100, ("percentage",), "percentage"))
     chips = ex.chip_count()
     if chips:
@@ -196,14 +200,16 @@ def standard_slips(ex, reference: float | None = None) -> list[Slip]:
         key = round(math.log(sl.factor), 9)
         if key in merged:
             m = merged[key]
-            merged[key] = Slip(f"{m.name} = {sl.name}", m.factor, m.names + sl.names, m.kind)
+            merged[key] = Slip(f"{m.name} = {sl.name}", m.factor, m.names + sl.names,
+                               m.kind)
         else:
             merged[key] = sl
     return list(merged.values())
 
 
 def battery_variants(ex) -> list[dict | None]:
-    """None (the exercise's own numbers), then the variants of the battery's students."""
+    """None (the exercise's own numbers), then the variants of the battery's
+    students."""
     out = [None]
     if isinstance(ex, VariedNumericExercise) and ex.choose:
         for student in BATTERY_STUDENTS:
@@ -215,7 +221,8 @@ def battery_variants(ex) -> list[dict | None]:
 
 def classify(ex, message: str) -> str:
     """'own' (the exercise's own hint), 'generic' (a generic hint naming a slip),
-    'unspecific' (too large / too small / far off) or 'other' for a wrong answer's message."""
+    'unspecific' (too large / too small / far off) or 'other' for a wrong answer's
+    message."""
     text = message.removeprefix("not yet: ")
     if any(text == m for _, m in ex.hints):
         return "own"
@@ -259,7 +266,8 @@ def run_battery(ex_id: str) -> list[Shot]:
                 outcome = "accepted"
             else:
                 outcome = classify(ex, r.message)
-                # "the answer rounded to 1 significant figure": the slip lands on it exactly
+                # "the answer rounded to 1 significant figure": the slip lands on it
+                # exactly
                 if outcome == "generic" and "rounded to" not in r.message \
                         and not any(w in r.message for w in slip.names):
                     outcome = "misnamed"
@@ -268,7 +276,8 @@ def run_battery(ex_id: str) -> list[Shot]:
 
 
 def run_pitfalls(ex_id: str, answers) -> list[Shot]:
-    """The chapter's known pitfalls of exercise ``ex_id`` (numbers), with its own numbers."""
+    """The chapter's known pitfalls of exercise ``ex_id`` (numbers), with its own
+    numbers."""
     ex = get_exercise(ex_id)
     pitfall = Slip("known pitfall", 1.0, (), "known pitfalls")
     shots = []
@@ -298,7 +307,8 @@ def specific_share(counts: dict) -> float:
 
 
 def numeric_ids(chapter: int) -> list[str]:
-    return [e for e in chapter_ids(chapter) if isinstance(get_exercise(e), NumericExercise)]
+    return [e for e in chapter_ids(chapter)
+            if isinstance(get_exercise(e), NumericExercise)]
 
 
 def _add(total: dict, counts: dict) -> None:
@@ -309,10 +319,10 @@ def _add(total: dict, counts: dict) -> None:
 def battery_table(rows: dict, first: str = "chapter") -> str:
     """A table of outcomes: ``rows`` maps a label (a chapter) to (exercises, counts,
     pitfall counts or None); a last row sums them. Columns: the slips the check saw, how
-    many got the exercise's own hint, a generic hint naming the slip, only "too large" or
-    the like; how many were wrongly handled (accepted, or named as another slip); how many
-    the check cannot see (skipped); the share of specific messages (own + generic) and of
-    own hints; and the known pitfalls, with the share named."""
+    many got the exercise's own hint, a generic hint naming the slip, only "too large"
+    or the like; how many were wrongly handled (accepted, or named as another slip); how
+    many the check cannot see (skipped); the share of specific messages (own + generic)
+    and of own hints; and the known pitfalls, with the share named."""
     head = (f"{first:>18} {'exerc.':>6} {'slips':>5} {'own':>5} {'generic':>7} "
             f"{'unspec.':>7} {'wrong':>5} {'skipped':>7} {'specific':>8} {'own':>6}")
     if any(p for _, _, p in rows.values()):
@@ -343,15 +353,16 @@ def kind_table(shots) -> str:
     """Outcomes by kind of slip."""
     by_kind: dict[str, dict] = {}
     for sh in shots:
-        _add(by_kind.setdefault(sh.slip.kind, dict.fromkeys(OUTCOMES, 0)), {sh.outcome: 1})
+        counts = by_kind.setdefault(sh.slip.kind, dict.fromkeys(OUTCOMES, 0))
+        counts[sh.outcome] += 1
     return battery_table({k: (0, c, None) for k, c in by_kind.items()}, first="slip")
 
 
 def slip_battery_tests(chapter: int, pitfalls: dict | None = None) -> dict:
     """The battery's test for one chapter: each numeric exercise rejects every standard
-    slip and every known pitfall in ``pitfalls`` (exercise -> numbers), and no generic hint
-    names a slip other than the one made. Each test records its counts (user property
-    ``slip_battery``) for the summary tests/conftest.py prints."""
+    slip and every known pitfall in ``pitfalls`` (exercise -> numbers), and no generic
+    hint names a slip other than the one made. Each test records its counts (user
+    property ``slip_battery``) for the summary tests/conftest.py prints."""
     pitfalls = pitfalls or {}
 
     @pytest.mark.parametrize("ex", numeric_ids(chapter))
@@ -362,7 +373,8 @@ def slip_battery_tests(chapter: int, pitfalls: dict | None = None) -> dict:
             "chapter": chapter, "exercise": ex, "counts": battery_counts(shots),
             "pitfalls": battery_counts(pits)}))
         bad = [(sh.variant, sh.slip.name, sh.answer, sh.outcome, sh.message)
-               for sh in shots + pits if sh.outcome in ("accepted", "misnamed", "other")]
+               for sh in shots + pits
+               if sh.outcome in ("accepted", "misnamed", "other")]
         assert not bad, f"slips accepted, or named as another slip: {bad}"
     return {"test_slip_battery": test_slip_battery}
 
@@ -371,8 +383,8 @@ def summary_from_records(records) -> str:
     """The per-chapter table from the tests' ``slip_battery`` records (JSON strings)."""
     rows: dict = {}
     for rec in map(json.loads, records):
-        n, counts, pits = rows.setdefault(str(rec["chapter"]), (0, dict.fromkeys(OUTCOMES, 0),
-                                                                dict.fromkeys(OUTCOMES, 0)))
+        empty = (0, dict.fromkeys(OUTCOMES, 0), dict.fromkeys(OUTCOMES, 0))
+        n, counts, pits = rows.setdefault(str(rec["chapter"]), empty)
         _add(counts, rec["counts"])
         _add(pits, rec.get("pitfalls", {}))
         rows[str(rec["chapter"])] = (n + 1, counts, pits)
@@ -380,12 +392,14 @@ def summary_from_records(records) -> str:
 
 
 def pitfall_line(records) -> str:
-    """One line on the chapters' known pitfalls, from the tests' ``slip_battery`` records."""
+    """One line on the chapters' known pitfalls, from the tests' ``slip_battery``
+    records."""
     total = dict.fromkeys(OUTCOMES, 0)
     for rec in map(json.loads, records):
         _add(total, rec.get("pitfalls", {}))
     return (f"Known pitfalls in the chapters' tests that ran: {tried(total)}, "
-            f"{specific_share(total):.1%} named by the exercise's own or a generic hint, "
+            f"{specific_share(total):.1%} named by the exercise's own or a generic "
+            f"hint, "
             f"{total['accepted']} accepted.")
 
 
@@ -408,5 +422,6 @@ def full_battery(chapters=None) -> tuple[dict, list]:
 def battery_report(chapters=None) -> str:
     """The battery's tables, per chapter and per kind of slip, as text."""
     rows, shots = full_battery(chapters)
-    return ("Slip battery (issue 25): share of rejected slips whose message names the slip\n"
+    return ("Slip battery (issue 25): share of rejected slips whose message names the "
+            "slip\n"
             + battery_table(rows) + "\n\nBy kind of slip:\n" + kind_table(shots))

@@ -142,7 +142,8 @@ HINTS["4.2"] += [(MISTRAL7["L"] * (2 * MISTRAL7["d"] * MISTRAL7["H"] * MISTRAL7[
                  (mlp_share(M8), "LLaMA-3 8B's share"),                  # section 4.2's table
                  (mlp_share(M8) * n_params(**M8)                         # the head left at V
                   / (n_params(**M8) - (M8["V"] - 32000) * M8["d"]), "both V x D matrices")]
-HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok"),
+HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"),
+                 (RIGHT["4.4"] / 6, "N N_tok"),
                  (3 * n_params(**M70) * 15e12, "3 N N_tok"),
                  (12 * n_params(**M70) * 15e12, "12 N N_tok")]
 HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours"),

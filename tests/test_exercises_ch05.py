@@ -73,10 +73,11 @@ WRONG = {   # answer -> a word its hint must contain (None: any "wrong")
              (math.sqrt(2 ** 24 / F405), "under the root")],
 }
 
-# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with the
-# mistakes above as the chapter's known pitfalls.
-globals().update(slip_battery_tests(5, {ex: [a for a, _ in cases if not isinstance(a, str)]
-                                        for ex, cases in WRONG.items()}))
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(5, {
+    ex: [a for a, _ in cases if not isinstance(a, str)]
+    for ex, cases in WRONG.items()}))
 
 
 def test_5_4_one_hint_names_both_halvings():

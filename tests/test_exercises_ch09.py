@@ -82,8 +82,8 @@ HINTS = {   # a typical mistake and words its hint must contain
     # (32 * 8 * 104 * 64 * 4 == 32 * 8 * 104 * 128 * 2: one hint names both mistakes)
 }
 
-# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with the
-# mistakes above as the chapter's known pitfalls.
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
 globals().update(slip_battery_tests(9, {ex: [a for a in v if not isinstance(a, str)]
                                         for ex, v in WRONG.items()}))
 

@@ -50,8 +50,8 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
              ("invarying", "one of")],
 }
 
-# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with the
-# mistakes above as the chapter's known pitfalls.
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
 globals().update(slip_battery_tests(10, {ex: [a for a, _ in v if not isinstance(a, str)]
                                          for ex, v in HINTS.items()}))
 
@@ -225,8 +225,8 @@ def test_the_reference_formula_agrees_with_the_hand_worked_one():
 
 
 def test_10_10_hint_does_not_give_the_call():
-    """The hint for the axes swapped says what split_axis and concat_axis do; it does not
-    print the call that answers the exercise (issue 25)."""
+    """The hint for the axes swapped says what split_axis and concat_axis do; it does
+    not print the call that answers the exercise (issue 25)."""
     r = evaluate("10.10", lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True))
     assert r.status == "wrong" and "split_axis" in r.message, r
     assert "split_axis=1" not in r.message and "concat_axis=0" not in r.message, r

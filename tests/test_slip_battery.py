@@ -28,9 +28,10 @@ def test_battery_over_all_chapters(record_property):
 
 
 def test_every_collective_exercise_declares_its_ring():
-    """An exercise about a collective over n chips declares n (``ring``), so that the ring
-    factor's slip gets its hint there and nowhere else. The exercises whose titles name a
-    collective but whose answers have no (n - 1)/n to drop are listed, with why."""
+    """An exercise about a collective over n chips declares n (``ring``), so that the
+    ring factor's slip gets its hint there and nowhere else. The exercises whose titles
+    name a collective but whose answers have no (n - 1)/n to drop are listed, with
+    why."""
     from exercise_harness import numeric_ids
     from scalebook.exercises import get_exercise
 
@@ -42,5 +43,6 @@ def test_every_collective_exercise_declares_its_ring():
     for ch in range(1, 11):
         for ex_id in numeric_ids(ch):
             ex = get_exercise(ex_id)
-            if any(w in ex.title.lower() for w in words) and ex_id not in no_ring_factor:
+            collective = any(w in ex.title.lower() for w in words)
+            if collective and ex_id not in no_ring_factor:
                 assert ex.ring_sizes(), f"{ex_id} ({ex.title}) declares no ring"

@@ -52,8 +52,8 @@ def _words(model=None, chip=None, tokens=None, **_):
 
 
 # A count of parameters given as bf16 bytes (2 per parameter): 2x too large.
-_BYTES_NOT_PARAMS = ("2x too large: that is the size in bf16 bytes (2 per parameter); the "
-                     "question asks for parameters.")
+_BYTES_NOT_PARAMS = ("2x too large: that is the size in bf16 bytes (2 per parameter); "
+                     "the question asks for parameters.")
 
 
 # 4.1 ------------------------------------------------------------------------------------
@@ -182,14 +182,14 @@ def _ex4_hints(model, tokens):
 
 
 def _flop_count_hints(flops):
-    """6 N N_tok with a multiply-add counted as 1 FLOP (3 N) or as 2 twice over (12 N)."""
+    """6 N N_tok with a multiply-add counted as 1 FLOP (3 N), or as 2 twice (12 N)."""
     return [
         (lambda a: _close(a, flops / 2),
-         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N in the forward "
-         "pass and 4 N in the backward, 6 N in all."),
+         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N in the "
+         "forward pass and 4 N in the backward, 6 N in all."),
         (lambda a: _close(a, 2 * flops),
-         "that is 12 N N_tok: the 6 of 6 N N_tok already counts a multiply-add as 2 FLOPs "
-         "(2 N forward, 4 N backward)."),
+         "that is 12 N N_tok: the 6 of 6 N N_tok already counts a multiply-add as 2 "
+         "FLOPs (2 N forward, 4 N backward)."),
     ]
 
 
@@ -229,9 +229,10 @@ def _eight_bit_peak_hint(chip, days):
     low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
     if low is None:
         return []
-    return [(lambda a: _close(a, days * c.bf16_flops / c.peak_flops(low), 0.03),
-             f"that uses the {low} peak ({c.peak_flops(low) / c.bf16_flops:.2g}x the bf16 "
-             f"one); the training run's matmuls are bf16: use the dense bf16 peak.")]
+    ratio = c.peak_flops(low) / c.bf16_flops
+    return [(lambda a: _close(a, days / ratio, 0.03),
+             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the training "
+             f"run's matmuls are bf16: use the dense bf16 peak.")]
 
 
 register(VariedNumericExercise(

@@ -69,8 +69,9 @@ def _ex1_hints(model, tokens):
                                          "backward pass costs twice the forward."),
         (lambda a: _close(a, flops * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
                                              "token) to the backward (4N)."),
-        (lambda a: _close(a, flops / 2), "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a "
-                                         "token costs 2 N forward and 4 N backward."),
+        (lambda a: _close(a, flops / 2),
+         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N forward "
+         "and 4 N backward."),
         (lambda a: _close(a, 2 * flops), "that is 12 N N_tok: the 6 already counts a "
                                          "multiply-add as 2 FLOPs (2 N forward, 4 N "
                                          "backward)."),
@@ -117,9 +118,10 @@ def _eight_bit_peak_hint(chip, days):
     low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
     if low is None:
         return []
-    return [(lambda a: _close(a, days * c.bf16_flops / c.peak_flops(low)),
-             f"that uses the {low} peak ({c.peak_flops(low) / c.bf16_flops:.2g}x the bf16 "
-             f"one); the run's MFU is of the dense bf16 peak.")]
+    ratio = c.peak_flops(low) / c.bf16_flops
+    return [(lambda a: _close(a, days / ratio),
+             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the run's MFU is "
+             f"of the dense bf16 peak.")]
 
 
 register(VariedNumericExercise(

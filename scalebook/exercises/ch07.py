@@ -337,6 +337,7 @@ def _speedup(alpha=0.7, k=4, rho=0.1):
 
 def _hints79(alpha, gamma, rho):
     cost = 1 + gamma * rho
+    gain = _speedup(alpha, gamma, rho) - 1
     return [
         (lambda a: _close(a, _speedup(alpha, gamma, rho=0.0)),
          "that is the tokens per step alone; each step also pays gamma draft steps of rho each."),
@@ -348,13 +349,12 @@ def _hints79(alpha, gamma, rho):
         (lambda a: _close(a, 100 * _speedup(alpha, gamma, rho)),
          "that is the speed-up as a percentage; give it as a ratio (198% is 1.98)."),
         (lambda a: _close(a, 100 * (_speedup(alpha, gamma, rho) - 1)),
-         "that is how much faster, in percent; the speed-up is the ratio of the two rates "
-         "(1 + that gain, as a fraction)."),
+         "that is how much faster, in percent; the speed-up is the ratio of the two "
+         "rates (1 + that gain, as a fraction)."),
     ] + ([  # the gain, unless it is also half the speed-up (a speed-up near 2)
-        (lambda a: _close(a, _speedup(alpha, gamma, rho) - 1, 0.005),
+        (lambda a: _close(a, gain, 0.005),
          "that is the gain, the speed-up minus 1; give the ratio of the two rates."),
-    ] if not _close(_speedup(alpha, gamma, rho) - 1, _speedup(alpha, gamma, rho) / 2, 0.05)
-        else [])
+    ] if not _close(gain, (gain + 1) / 2, 0.05) else [])
 
 
 register(VariedNumericExercise(
@@ -432,6 +432,7 @@ def _gen11(rng):
 register(CodeExercise(
     id="7.11", title="Expected tokens per target step, in code",
     reference=inf.speculative_tokens_per_step, cases=_CASES_11, rtol=1e-9,
+    unit="tokens",
     describe=lambda a, g: f"alpha={a}, gamma={g}", generate=_gen11,
     hints=[
         (lambda got, want, args: _close(as_number(got), want - 1, 1e-9),

@@ -451,10 +451,11 @@ register(MeshProgramExercise(
     cases=[(8, 16), (16, 8), (4, 32)],
     describe=lambda S, H: f"x[{S},{H}]",
     # the hint says what the two axes do, not the call that answers the exercise
-    error_hints=[("split_axis", "all_to_all cuts each block along split_axis into one piece "
-                                "per device of 'y' and joins the pieces it receives along "
-                                "concat_axis: which dimension must end up split (the "
-                                "heads), and which whole (the sequence)?"),
+    error_hints=[("split_axis", "all_to_all cuts each block along split_axis into "
+                                "one piece per device of 'y' and joins the pieces it "
+                                "receives along concat_axis: which dimension must end "
+                                "up split (the heads), and which whole (the "
+                                "sequence)?"),
                  ("replicated across mesh axis", "use the axis name 'y' in all_to_all: "
                                                  "only 'y' splits x.")],
 ))

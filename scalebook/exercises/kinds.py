@@ -151,16 +151,16 @@ def _is_size_unit(unit: str) -> bool:
 
 
 def _is_dimensionless(unit: str) -> bool:
-    """A fraction or a ratio (no unit, "fraction (0 to 1)", "ratio ..."): an answer that a
-    slip can turn into a percentage."""
+    """A fraction or a ratio (no unit, "fraction (0 to 1)", "ratio ..."): an answer that
+    a slip can turn into a percentage."""
     return unit == "" or unit.startswith("fraction") or "ratio" in unit
 
 
 def _ratio_hint(ratio: float, unit: str = "", close=None) -> str | None:
-    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for sizes.
-    ``close(factor, rtol)`` says whether the answer is the expected one times ``factor``
-    (default: the ratio within ``rtol``; a whole-number answer passes its own, which also
-    accepts the product rounded either way)."""
+    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for
+    sizes. ``close(factor, rtol)`` says whether the answer is the expected one times
+    ``factor`` (default: the ratio within ``rtol``; a whole-number answer passes its
+    own, which also accepts the product rounded either way)."""
     if close is None:
         def close(factor, rtol):
             return math.isclose(ratio, factor, rel_tol=rtol)
@@ -172,7 +172,8 @@ def _ratio_hint(ratio: float, unit: str = "", close=None) -> str | None:
         if close(1 / factor, 0.03):
             return f"about {name}x too small{extra}."
     if _is_dimensionless(unit) and close(100, 0.03):
-        what = ("as a fraction between 0 and 1 (27% is 0.27)" if unit.startswith("fraction")
+        what = ("as a fraction between 0 and 1 (27% is 0.27)"
+                if unit.startswith("fraction")
                 else "as a ratio, not a percentage (198% is 1.98, 27% is 0.27)")
         return f"100x too large: that looks like a percentage; give it {what}."
     for k in range(1, 6):
@@ -190,10 +191,11 @@ def _ratio_hint(ratio: float, unit: str = "", close=None) -> str | None:
 
 
 def _declared_hint(close, ring: tuple, chips: int | None, unit: str) -> str | None:
-    """A hint for the slips an exercise declares it can have: the ring factor (n - 1)/n of
-    a collective over n chips dropped or added, and per chip vs all the chips."""
+    """A hint for the slips an exercise declares it can have: the ring factor (n - 1)/n
+    of a collective over n chips dropped or added, and per chip vs all the chips."""
     if chips:
-        bits = " (or bits vs bytes: a byte is 8 bits)" if chips == 8 and _is_size_unit(unit) else ""
+        bits = (" (or bits vs bytes: a byte is 8 bits)"
+                if chips == 8 and _is_size_unit(unit) else "")
         if close(chips, 0.03):
             return (f"{chips}x too large, the number of chips: per chip vs all {chips} "
                     f"chips together?{bits}")
@@ -203,18 +205,18 @@ def _declared_hint(close, ring: tuple, chips: int | None, unit: str) -> str | No
     for n in ring:
         frac = f"{n - 1}/{n}"
         if close(n / (n - 1), 0.003):
-            return (f"{n}/{n - 1} of the answer, too large: the ring factor (n - 1)/n = "
-                    f"{frac} (n = {n}) left out?")
+            return (f"{n}/{n - 1} of the answer, too large: the ring factor "
+                    f"(n - 1)/n = {frac} (n = {n}) left out?")
         if close((n - 1) / n, 0.003):
-            return (f"{frac} of the answer, too small: the ring factor (n - 1)/n = {frac} "
-                    f"(n = {n}) applied where it does not belong, or twice?")
+            return (f"{frac} of the answer, too small: the ring factor (n - 1)/n = "
+                    f"{frac} (n = {n}) applied where it does not belong, or twice?")
     return None
 
 
 def _integer_close(value: float, expected: float):
-    """``close`` for a whole-number answer: the ratio within the tolerance, or the product
-    ``expected * factor`` rounded down or up when that product is at least one away from
-    the answer (so 12 for 11 is not "x 1.024, rounded up")."""
+    """``close`` for a whole-number answer: the ratio within the tolerance, or the
+    product ``expected * factor`` rounded down or up when that product is at least one
+    away from the answer (so 12 for 11 is not "x 1.024, rounded up")."""
     def close(factor, rtol):
         if math.isclose(value / expected, factor, rel_tol=rtol):
             return True
@@ -238,10 +240,11 @@ class NumericExercise(Exercise):
     rtol: float = 0.05
     integer: bool = False
     hints: list = field(default_factory=list)
-    # What the generic hints may name besides the unit's slips (a VariedNumericExercise may
-    # give each as a function of its parameters): ``ring``, the group size(s) n of the
-    # collective(s) the answer involves, whose ring factor (n - 1)/n a slip drops or adds;
-    # ``chips``, the number of chips whose per-chip and whole-slice counts a slip confuses.
+    # What the generic hints may name besides the unit's slips (a VariedNumericExercise
+    # may give each as a function of its parameters): ``ring``, the group size(s) n of
+    # the collective(s) the answer involves, whose ring factor (n - 1)/n a slip drops or
+    # adds; ``chips``, the number of chips whose per-chip and whole-slice counts a slip
+    # confuses.
     ring: object = ()
     chips: object = None
 
@@ -301,7 +304,8 @@ class NumericExercise(Exercise):
             else:
                 def close(factor, rtol, ratio=value / expected):
                     return math.isclose(ratio, factor, rel_tol=rtol)
-            hint = (_declared_hint(close, self.ring_sizes(), self.chip_count(), self.unit)
+            hint = (_declared_hint(close, self.ring_sizes(), self.chip_count(),
+                                   self.unit)
                     or _ratio_hint(value / expected, self.unit, close))
             if hint:
                 return self._result(WRONG, "not yet: " + hint)
