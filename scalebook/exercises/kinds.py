@@ -216,13 +216,14 @@ def _declared_hint(close, ring: tuple, chips: int | None, unit: str) -> str | No
 def _integer_close(value: float, expected: float):
     """``close`` for a whole-number answer: the ratio within the tolerance, or the
     product ``expected * factor`` rounded down or up when that product is at least one
-    away from the answer (so 12 for 11 is not "x 1.024, rounded up")."""
+    away from the answer (so 12 for 11 is not "x 1.024, rounded up") and the answer is
+    not one off (2 for 3 is a rounding slip, not "2x too small")."""
     def close(factor, rtol):
         if math.isclose(value / expected, factor, rel_tol=rtol):
             return True
         product = expected * factor
-        return abs(product - expected) >= 1 and value in (math.floor(product),
-                                                          math.ceil(product))
+        return (abs(product - expected) >= 1 and abs(value - expected) > 1
+                and value in (math.floor(product), math.ceil(product)))
     return close
 
 
@@ -232,7 +233,13 @@ class NumericExercise(Exercise):
 
     ``reference`` computes the answer from scalebook (never a typed-in number).
     ``hints`` is a list of (predicate on the answer, message) for specific mistakes, e.g.
-    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``.
+    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``. They are
+    tried first; then rounding; then the slips the exercise declares: ``ring=n`` (or a
+    tuple of n) for an answer with a collective over n chips, whose ring factor
+    (n - 1)/n a slip drops or adds, and ``chips=n`` for one a slip can give per chip
+    instead of for all n chips or the reverse (a VariedNumericExercise may give either
+    as a function of its parameters); then the unit's generic slips (x2, x4, x8, bits
+    and bytes, x1000 prefixes, GB and GiB, a percentage for a fraction or a ratio).
     """
 
     unit: str = ""
