@@ -92,11 +92,12 @@ def _ex2(stage=2, model="llama3-8b", n=16):
 
 def _ex2_hints(model, n):
     return [
-        (lambda a: _close(a, _ex2(1, model, n)),
+        # 1%: at n = 256 plain data parallelism (16 N) is 2.7% from 8x ZeRO-2's state
+        (lambda a: _close(a, _ex2(1, model, n), 0.01),
          "that is ZeRO-1: stage 2 shards the gradients too."),
-        (lambda a: _close(a, _ex2(3, model, n)),
+        (lambda a: _close(a, _ex2(3, model, n), 0.01),
          "that is ZeRO-3 (FSDP): at stage 2 every chip still holds all the bf16 weights."),
-        (lambda a: _close(a, _ex2(0, model, n)),
+        (lambda a: _close(a, _ex2(0, model, n), 0.01),
          "that is plain data parallelism: nothing sharded."),
     ]
 
