@@ -7,9 +7,12 @@ Modules (chapter that derives them)::
 
   hardware        chip specifications with a source per figure: get_chip, all_chips, spec_table (2)
   roofline        the three clocks and their bounds; matmul FLOPs/bytes/intensity (1)
-  chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2)
-  topology        between chips: torus hops, slices, bisection, transfer time (2)
-  collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3)
+  chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2);
+                  inside a GPU: SM peaks, waves of tiles (11)
+  topology        between chips: torus hops, slices, bisection, transfer time (2);
+                  GPU clusters: fat trees, rail-optimised scalable units (11)
+  collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3);
+                  in-switch reduction, the hierarchical collective across GPU nodes (11)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
   profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
   models          LLaMA-3 configurations and transformer arithmetic (4)
@@ -23,7 +26,8 @@ Modules (chapter that derives them)::
   multihost       several JAX processes on one machine: jax.distributed on CPU (10)
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
                   a LLaMA-3 layer in auto/explicit/manual mode (10)
-  measure         timing on this machine: measured matmul and bandwidth rooflines (1)
+  measure         timing on this machine: measured matmul and bandwidth rooflines (1);
+                  GPU measurements stored by tools/gpu_measure.py (11)
   plots           the book's figures: chip colours, roofline plots
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
   exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
@@ -104,6 +108,12 @@ Formula or task -> function::
   chips, sharding, days, cost of a training run  training.plan_training (TrainingPlan) / search_plans
   a training step pass by pass, its parts, bound  training.evaluate_plan / TrainingPlan.breakdown
   MFU from throughput or reported GPU-hours      training.mfu_from_throughput / mfu_from_gpu_hours
+  GPU peak = SMs x FLOPs/SM/clock x clock         chip_internals.sm_peak_flops / sm_vector_flops / implied_sm_clock
+  output tiles in waves over the SMs              chip_internals.wave_quantization (Waves)
+  all-reduce reduced in the NVSwitch (SHARP)      collectives.collective_time(..., sharp=True)
+  a collective across GPU nodes, by phase         collectives.hierarchical_time / hierarchical_phases (Phase)
+  fat-tree size, one rail-optimised unit          topology.fat_tree_endpoints / scalable_unit (ScalableUnit)
+  DP tokens per shard across nodes, EP width F*   parallelism.hierarchical_dp_critical_batch / ep_critical_width
 """
 
 from .mesh import make_mesh, setup

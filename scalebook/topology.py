@@ -11,6 +11,8 @@ Chapter 2 of the book derives each formula here in the open; later chapters impo
   direction) that cross the cut halving the longest axis.
 * :func:`slice_info`: chips, hosts, wraparound, diameter and bisection of one slice.
 * :func:`bandwidth_hierarchy`: a chip's HBM, chip-to-chip, PCIe and DCN bandwidths.
+* :func:`fat_tree_endpoints`, :func:`scalable_unit`: the GPUs a non-blocking fat tree of
+  switches with a given port count joins, and one rail-optimised scalable unit (chapter 11).
 
 Units: bytes, seconds, bytes/s (one direction).
 """
@@ -29,7 +31,8 @@ from .units import check_nonnegative, check_positive, check_positive_int
 __all__ = [
     "parse_shape", "torus_hops", "hops_from", "diameter",
     "mean_hops", "slice_wraparound", "transfer_time", "bisection_links", "bisection_bandwidth",
-    "SliceInfo", "slice_info", "bandwidth_hierarchy",
+    "SliceInfo", "slice_info", "bandwidth_hierarchy", "fat_tree_endpoints",
+    "ScalableUnit", "scalable_unit",
 ]
 
 
@@ -256,3 +259,46 @@ def bandwidth_hierarchy(chip) -> list[dict]:
         {"level": "PCIe", "bandwidth": c.pcie_bandwidth, "what": "chip <-> host CPU memory"},
         {"level": "DCN", "bandwidth": c.dcn_bandwidth, "what": "chip's share of the network to other hosts"},
     ]
+
+
+# ---- GPU clusters: fat trees and rails (chapter 11) ---------------------------------------
+
+def fat_tree_endpoints(radix: int, tiers: int) -> int:
+    """Endpoints (NICs) a non-blocking fat tree of ``radix``-port switches joins with
+    ``tiers`` levels of switches: each switch below the top gives half its ports to the
+    level below and half to the level above, so 2 tiers join radix^2 / 2 and 3 tiers
+    radix^3 / 4 (radix^tiers / 2^(tiers - 1)); one tier is one switch, radix endpoints."""
+    k = check_positive_int("radix (ports per switch)", radix)
+    t = check_positive_int("tiers", tiers)
+    if k % 2:
+        raise ValueError(f"radix={k}: a fat tree splits each switch's ports in halves; give "
+                         f"an even port count")
+    return k ** t // 2 ** (t - 1)
+
+
+@dataclass(frozen=True)
+class ScalableUnit:
+    """One rail-optimised scalable unit: ``nodes`` nodes of ``gpus_per_node`` GPUs, one NIC
+    per GPU; ``leaf_switches`` = one per rail (GPU rank i of every node on leaf i), each
+    with ``nodes`` ports down and as many up to the spine (non-blocking)."""
+
+    nodes: int
+    gpus_per_node: int
+    leaf_switches: int
+    ports_up: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def scalable_unit(radix: int = 64, gpus_per_node: int = 8) -> ScalableUnit:
+    """The largest rail-optimised unit of ``radix``-port leaf switches: each rail's leaf
+    gives half its ports to the nodes (one GPU of each) and half to the spine, so a unit has
+    radix / 2 nodes. NVIDIA's DGX H100 SuperPOD unit: 64-port switches, 32 nodes, 256 GPUs,
+    8 leaf switches."""
+    k = check_positive_int("radix (ports per switch)", radix)
+    g = check_positive_int("gpus_per_node", gpus_per_node)
+    if k % 2:
+        raise ValueError(f"radix={k}: give an even port count")
+    return ScalableUnit(nodes=k // 2, gpus_per_node=g, leaf_switches=g, ports_up=k // 2)

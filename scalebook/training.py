@@ -50,8 +50,8 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   forward pass) and, with kept weights, the fsdp reduce-scatter after the last backward
   pass and the all-gather before the first forward pass;
 * on a GPU, a collective over a group that spans nodes runs in two levels: within each
-  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC
-  (chapter 5's hierarchical collective).
+  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC, the
+  phases one after the other (:func:`scalebook.collectives.hierarchical_time`, chapter 11).
 
 The bound is the largest of the compute, the bubble and each network's exposed time. Memory
 per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
@@ -656,11 +656,10 @@ def _timer(chip: Chip, deg: Degrees, nets: dict):
             if local == 1 or kind == "collective-permute" or k % local:
                 t = _coll.collective_time(kind, nbytes, k, bandwidth=slow.bandwidth,
                                           topology=slow.topology)
-            else:
-                t = (_coll.collective_time(kind, nbytes, local, bandwidth=fast.bandwidth,
-                                           topology=fast.topology)
-                     + _coll.collective_time(kind, nbytes / local, k // local,
-                                             bandwidth=slow.bandwidth, topology=slow.topology))
+            else:       # chapter 11's hierarchical collective, its phases in sequence
+                t = _coll.hierarchical_time(kind, nbytes, local, k // local,
+                                            fast_bandwidth=fast.bandwidth,
+                                            slow_bandwidth=slow.bandwidth)
         cache[key] = t
         return t
     return seconds
@@ -686,7 +685,12 @@ def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: 
     if chip.vendor == "NVIDIA" and stride < node:
         local = max(1, min(deg.ep, node // stride, deg.fsdp if deg.fsdp > 1 else deg.ep))
     nodes = max(1, deg.ep // local)
-    if routing.max_nodes is None:
+    if routing.max_nodes is None and deg.ep % local == 0:
+        # chapter 11's hierarchical all-to-all, its two parts one after the other
+        return _coll.hierarchical_time("all-to-all", tokens * k * D * s, local, nodes,
+                                       fast_bandwidth=fast.bandwidth,
+                                       slow_bandwidth=slow.bandwidth)
+    if routing.max_nodes is None:       # a group that fills its last node only in part
         off = k * (deg.ep - local) / deg.ep
     else:
         off = min(k, routing.max_nodes) * (nodes - 1) / nodes

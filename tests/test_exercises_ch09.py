@@ -20,6 +20,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 
+from exercise_harness import slip_battery_tests  # noqa: E402
 from scalebook.exercises import evaluate  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
 
@@ -80,6 +81,11 @@ HINTS = {   # a typical mistake and words its hint must contain
             (32 * 8 * 104 * 64 * 4, "multiple of 128"), (32 * 8 * 104 * 128 * 2, "4 bytes")],
     # (32 * 8 * 104 * 64 * 4 == 32 * 8 * 104 * 128 * 2: one hint names both mistakes)
 }
+
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(9, {ex: [a for a in v if not isinstance(a, str)]
+                                        for ex, v in WRONG.items()}))
 
 
 @pytest.mark.parametrize("ex", sorted(RIGHT))

@@ -57,6 +57,38 @@ def test_generic_ratio_hints():
     assert ex.evaluate(2.05).correct and not ex.evaluate(2.2).correct
 
 
+def test_declared_and_percentage_hints():
+    """The ring factor and per-chip hints fire only where an exercise declares them; a
+    percentage is named for fractions and ratios; a whole number rounded either way after
+    a factor slip is named, an answer one off is not (issue 25)."""
+    plain = NumericExercise(id="0.5", title="t", unit="s", reference=lambda: 1.0)
+    ring = NumericExercise(id="0.6", title="t", unit="s", reference=lambda: 1.0, ring=8,
+                           chips=16)
+    assert "ring factor" not in plain.evaluate(8 / 7).message
+    assert "(n - 1)/n = 7/8 (n = 8) left out" in ring.evaluate(8 / 7).message
+    assert "applied where it does not belong" in ring.evaluate(7 / 8).message
+    assert "ring factor" not in ring.evaluate(4 / 3).message      # not this ring's n
+    assert "16x too large, the number of chips" in ring.evaluate(16.0).message
+    assert "16x too small, the number of chips" in ring.evaluate(1 / 16).message
+    assert "chips" not in plain.evaluate(16.0).message
+    frac = NumericExercise(id="0.7", title="t", unit="fraction (0 to 1)",
+                           reference=lambda: 0.27)
+    assert "as a fraction between 0 and 1 (27% is 0.27)" in frac.evaluate(27.0).message
+    ratio = NumericExercise(id="0.8", title="t", unit="ratio", reference=lambda: 1.98)
+    assert "as a ratio" in ratio.evaluate(198.0).message
+    assert "percentage" not in plain.evaluate(100.0).message
+    hops = NumericExercise(id="0.9", title="t", unit="hops", integer=True,
+                           reference=lambda: 11)
+    assert "2x too small" in hops.evaluate(6).message and "2x" in hops.evaluate(5).message
+    assert "1e+03x too small" in NumericExercise(
+        id="0.10", title="t", unit="tokens", integer=True,
+        reference=lambda: 153).evaluate(1).message
+    three = NumericExercise(id="0.11", title="t", unit="chips", integer=True,
+                            reference=lambda: 3)
+    assert "2x" not in three.evaluate(2).message          # one off, not a factor of 2
+    assert "prefix" not in hops.evaluate(12).message      # 11 x 1.024 rounded up is 12
+
+
 def test_a_float_id_is_refused_with_a_message(capsys):
     r = evaluate(1.10, 3)
     assert r.status == "wrong" and 'check("1.10", ...)' in r.message and "same as 1.1" in r.message

@@ -156,3 +156,9 @@ def test_pytest_defaults_spread_files_over_workers_and_time_out():
     assert "--no-loadscope-reorder" in opts  # the order is conftest's, slow files first
     assert 0 < int(ini["timeout"]) <= 1200
     assert any(m.startswith("slow:") for m in ini["markers"])
+
+
+def test_bench_prints_the_slip_battery():
+    report = tasks.slip_battery_report()
+    assert report is not None and "specific" in report and "ring (n-1)/n" in report
+    assert report.splitlines()[-1].split()[0] == "all"

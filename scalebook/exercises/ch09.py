@@ -77,7 +77,7 @@ register(VariedNumericExercise(
     choose={"tp": (2, 4, 8), "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"),
             "n_seq": (1, 2, 4, 8), "seq_len": (2048, 4096, 8192)},
     solve=lambda tp, chip, n_seq, seq_len: _ar_time_91(tp, chip, n_seq * seq_len, seq_len),
-    hints_for=_hints91,
+    hints_for=_hints91, ring=lambda tp, **_: tp,
     describe=lambda tp, chip, n_seq, seq_len: {
         "chip_name": get_chip(chip).display_name, "chip_short": _chip_short(chip),
         "seqs": f"{_SEQS[n_seq]} {seq_len // 1024}K sequence{'s' if n_seq > 1 else ''}",
