@@ -12,6 +12,8 @@ and predict the profile a real chip would show (chapter 9).
 * :func:`op_kind` names the kind of an op from its HLO name ("matmul", "collective",
   "elementwise", ...), or from the compiled program's own instructions
   (:func:`scalebook.hlo.op_categories`) when given.
+* :func:`overlapping_pairs` finds the collectives that ran at the same time as compute on
+  the same device (communication overlapped with computation, as far as a trace shows it).
 * :func:`compare_with_roofline` puts the measured time of each big op next to its roofline
   time max(FLOPs / C, bytes / W) for the peak C and bandwidth W you give (chapter 1's
   measured values for this machine).
@@ -49,7 +51,8 @@ from .units import check_positive, check_positive_int
 __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace_file",
            "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
-           "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations"]
+           "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations",
+           "COMPUTE_KINDS", "overlapping_pairs"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
 KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
@@ -512,6 +515,57 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
         trace.path = None
     trace.categories = categories
     return trace
+
+
+# ------------------------------------------------------------------------------------------
+# Overlap of communication with computation
+# ------------------------------------------------------------------------------------------
+
+COMPUTE_KINDS = ("matmul", "attention", "elementwise")
+
+
+def overlapping_pairs(trace: Trace, module: str | None = None, device=None,
+                      compute=COMPUTE_KINDS) -> list:
+    """The (collective, compute) pairs of events that ran at the same time on one device.
+
+    A pair is a collective event and an event of a ``compute`` kind (matmul, attention,
+    elementwise by default) on the same device, on different threads (streams, lines),
+    whose time spans intersect: ``c.start < m.end and m.start < c.end``. Each is an
+    instance of communication overlapping computation *as the trace records it*:
+
+    * on XLA:CPU a collective is one blocking op, but the runtime runs independent
+      instructions of a device concurrently on its threads, so a collective and a compute
+      op that do not depend on each other can be in flight together;
+    * on a GPU a collective kernel on its own stream next to a compute kernel;
+    * on a TPU one "XLA Ops" line per chip holds every op, so an asynchronous collective
+      (``-start`` / ``-done``) hides its transfer *between* its two events: this function
+      finds no pairs there; read the gap between start and done instead.
+
+    ``module`` and ``device`` restrict the events; the pairs are sorted by the collective's
+    start. ``len(...)`` counts them: 0 means nothing overlapped in this trace.
+    """
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a scalebook.profiling.Trace; got {type(trace).__name__}")
+    if isinstance(compute, str):
+        compute = (compute,)
+    bad = [k for k in compute if k not in KINDS_ORDER or k == "collective"]
+    if bad or not compute:
+        raise ValueError(f"compute must be kinds of op other than 'collective', from "
+                         f"{', '.join(KINDS_ORDER)}; got {compute!r}")
+    by_device = defaultdict(list)
+    for e in trace.select(module=module, device=device):
+        by_device[e.device].append(e)
+    pairs = []
+    for evs in by_device.values():
+        colls = [e for e in evs if trace.kind(e.name) == "collective"]
+        comp = sorted((e for e in evs if trace.kind(e.name) in compute),
+                      key=lambda e: e.start)
+        starts = [e.start for e in comp]
+        for c in colls:
+            for m in comp[:bisect.bisect_left(starts, c.end)]:   # started before c ended
+                if m.end > c.start and m.thread != c.thread:
+                    pairs.append((c, m))
+    return sorted(pairs, key=lambda p: (p[0].start, p[1].start))
 
 
 # ------------------------------------------------------------------------------------------

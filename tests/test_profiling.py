@@ -178,6 +178,70 @@ def test_synthetic_trace_table():
     assert t.busy_time(0) == pytest.approx(16e-6)
 
 
+def _events(rows):
+    """A CPU-style trace: rows of (op, device, thread id, start us, duration us)."""
+    ev = [{"ph": "M", "pid": 1, "tid": t, "name": "thread_name", "args": {"name": f"w{t}"}}
+          for t in sorted({r[2] for r in rows})]
+    for name, dev, tid, ts, dur in rows:
+        ev.append({"ph": "X", "pid": 1, "tid": tid, "ts": ts, "dur": dur, "name": name,
+                   "args": {"hlo_op": name, "hlo_module": "jit_f",
+                            "device_ordinal": str(dev)}})
+    return profiling.load_trace({"traceEvents": ev})
+
+
+def test_overlapping_pairs_on_a_synthetic_trace():
+    t = _events([
+        ("ppermute.1", 0, 1, 10, 10),      # 10..20 on device 0, thread 1
+        ("ynn_fusion.1", 0, 2, 15, 10),    # 15..25, device 0, thread 2: overlaps
+        ("ynn_fusion.2", 0, 2, 20, 5),     # 20..25: starts as the permute ends, no overlap
+        ("fusion.3", 0, 3, 5, 6),          # 5..11: overlaps its first microsecond
+        ("copy.4", 0, 3, 12, 3),           # data movement: not compute
+        ("dot.5", 0, 1, 0, 5),             # same thread, before it
+        ("ynn_fusion.1", 1, 4, 15, 10),    # device 1: no collective there
+        ("all-reduce.2", 1, 5, 100, 5),    # device 1, later than everything
+    ])
+    pairs = profiling.overlapping_pairs(t)
+    assert [(c.name, m.name) for c, m in pairs] == [("ppermute.1", "fusion.3"),
+                                                    ("ppermute.1", "ynn_fusion.1")]
+    assert all(c.device == m.device == 0 for c, m in pairs)
+    assert len(profiling.overlapping_pairs(t, compute="matmul")) == 1
+    assert len(profiling.overlapping_pairs(t, compute=("data movement",))) == 1
+    assert profiling.overlapping_pairs(t, device=1) == []
+    with pytest.raises(ValueError, match="other than 'collective'"):
+        profiling.overlapping_pairs(t, compute="collective")
+    with pytest.raises(TypeError, match="Trace"):
+        profiling.overlapping_pairs({"traceEvents": []})
+
+
+def test_collective_matmul_overlaps_its_sends_and_the_all_gather_version_does_not():
+    """XLA:CPU runs a device's independent instructions on several threads: the
+    collective matmul's ppermutes run while chunk matmuls run (on another thread of the
+    same device); the plain version's all-gather feeds its only matmul, so nothing can
+    overlap it."""
+    from scalebook import sharding
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    # big enough that XLA:CPU hands the chunk matmuls to its thread pool (at 256 x 512 @
+    # 512 x 512 it runs them one after another on one thread, and nothing overlaps)
+    a = jax.device_put(jnp.ones((256, 1024)), NamedSharding(mesh, P("x", "y")))
+    w = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, P(None, "y")))
+    counts = {}
+    for fn in (sharding.allgather_matmul, sharding.collective_matmul):
+        f = jax.jit(jax.shard_map(lambda a, w, fn=fn: fn(a, w, "y"), mesh=mesh,
+                                  in_specs=(P("x", "y"), P(None, "y")),
+                                  out_specs=P("x", "y")))
+        tr = profiling.capture(f, a, w, steps=3,
+                               categories=hlo.op_categories(f.lower(a, w).compile()))
+        counts[fn.__name__] = len(profiling.overlapping_pairs(tr))
+    assert counts["allgather_matmul"] == 0 and counts["collective_matmul"] > 0, counts
+
+
+def test_a_tpu_trace_has_one_op_line_so_no_pairs():
+    tr = profiling.load_trace(os.path.join(os.path.dirname(__file__), "fixtures", "traces",
+                                           "tpu_v6e_offload.trace.json.gz"))
+    assert profiling.overlapping_pairs(tr) == []
+
+
 @pytest.mark.parametrize("content,match", [
     (b"", "not a \\(gzipped\\) JSON trace"),
     (b"{not json", "not a \\(gzipped\\) JSON trace"),
