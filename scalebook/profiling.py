@@ -52,7 +52,8 @@ __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace
            "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
            "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations",
-           "COMPUTE_KINDS", "overlapping_pairs"]
+           "COMPUTE_KINDS", "overlapping_pairs", "RealProfile", "real_profile",
+           "REAL_PROFILES"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
 KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
@@ -376,6 +377,46 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
     ann.sort(key=lambda ev: ev.start)
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
     return Trace(events=mk, annotations=ann, path=path)
+
+
+# ------------------------------------------------------------------------------------------
+# Real GPU and TPU profiles shipped with the package
+# ------------------------------------------------------------------------------------------
+
+REAL_PROFILES = ("tpu_v6e_offload", "gpu_mi300x_conv", "gpu_amd_te_attention")
+
+
+@dataclass(frozen=True)
+class RealProfile:
+    """A real accelerator profile stored in ``scalebook/data/profiles`` (sources, licences
+    and how it was converted in its README): ``trace`` is the path of its Perfetto JSON
+    trace, ``hlo`` maps each program's name (``jit_f``) to the path of its compiled HLO."""
+
+    name: str
+    trace: str
+    hlo: dict
+
+    def hlo_text(self, module: str) -> str:
+        if module not in self.hlo:
+            raise ValueError(f"profile {self.name!r} stores the HLO of "
+                             f"{', '.join(sorted(self.hlo))}; got {module!r}")
+        with open(self.hlo[module]) as fh:
+            return fh.read()
+
+
+def real_profile(name: str) -> RealProfile:
+    """One of :data:`REAL_PROFILES`: ``"tpu_v6e_offload"`` (4 TPU v6e chips: host offload
+    and an all-reduce), ``"gpu_mi300x_conv"`` (8 AMD MI300X GPUs: a sharded convolution),
+    ``"gpu_amd_te_attention"`` (one AMD GPU: Transformer Engine attention, Triton and
+    cuBLAS gemms)."""
+    if name not in REAL_PROFILES:
+        raise ValueError(f"name must be one of {', '.join(REAL_PROFILES)}; got {name!r}")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+    hlo = {}
+    for path in sorted(glob.glob(os.path.join(root, "hlo", f"{name}.*.hlo.txt"))):
+        module = os.path.basename(path)[len(name) + 1:-len(".hlo.txt")]
+        hlo[module] = path
+    return RealProfile(name, os.path.join(root, "traces", f"{name}.trace.json.gz"), hlo)
 
 
 # ------------------------------------------------------------------------------------------

@@ -237,8 +237,7 @@ def test_collective_matmul_overlaps_its_sends_and_the_all_gather_version_does_no
 
 
 def test_a_tpu_trace_has_one_op_line_so_no_pairs():
-    tr = profiling.load_trace(os.path.join(os.path.dirname(__file__), "fixtures", "traces",
-                                           "tpu_v6e_offload.trace.json.gz"))
+    tr = profiling.load_trace(profiling.real_profile("tpu_v6e_offload").trace)
     assert profiling.overlapping_pairs(tr) == []
 
 
@@ -447,3 +446,28 @@ def test_predicted_bad_input():
     ax = profiling.plot_predicted(profiling.predict_layer_profile("llama3-8b", "gpu-h100",
                                                                   4096, 4096))
     assert ax.get_xlabel() == "time (ms)"
+
+
+def test_real_profiles_ship_with_the_package():
+    """Chapter 9 reads the TPU profile in Colab, where only the installed package exists:
+    every file under scalebook/data/profiles matches the package-data patterns."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["scalebook"]
+    files = [p.relative_to(root / "scalebook").as_posix()
+             for p in (root / "scalebook" / "data").rglob("*") if p.is_file()]
+    assert len(files) >= 11
+    for f in files:
+        assert any(fnmatch.fnmatch(f, pat) and f.count("/") == pat.count("/")
+                   for pat in patterns), f
+    for name in profiling.REAL_PROFILES:
+        prof = profiling.real_profile(name)
+        assert os.path.isfile(prof.trace) and prof.hlo
+        assert set(prof.hlo) <= set(profiling.load_trace(prof.trace).modules)
+    assert "ENTRY" in profiling.real_profile("tpu_v6e_offload").hlo_text("jit_f")
+    with pytest.raises(ValueError, match="one of"):
+        profiling.real_profile("h100")
