@@ -17,6 +17,9 @@ and predict the profile a real chip would show (chapter 9).
 * :func:`compare_with_roofline` puts the measured time of each big op next to its roofline
   time max(FLOPs / C, bytes / W) for the peak C and bandwidth W you give (chapter 1's
   measured values for this machine).
+* :func:`memory_profile` reads ``jax.profiler.device_memory_profile()`` (a pprof
+  snapshot of the arrays alive on the devices) into one :class:`LiveBuffer` per allocation
+  site, largest first, with the line of code that made it.
 * :func:`predict_layer_profile` predicts, op by op, one transformer layer's training step on
   a real chip with tensor parallelism (the book's cost model); :func:`plot_predicted` draws
   it as the timeline a profiler would show.
@@ -53,7 +56,7 @@ __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
            "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations",
            "COMPUTE_KINDS", "overlapping_pairs", "RealProfile", "real_profile",
-           "REAL_PROFILES"]
+           "REAL_PROFILES", "LiveBuffer", "memory_profile"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
 KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
@@ -922,3 +925,139 @@ def compilations() -> int:
         jax.monitoring.register_event_duration_secs_listener(_on_event)
         _COMPILES["listening"] = True
     return _COMPILES["n"]
+
+
+# ------------------------------------------------------------------------------------------
+# Device memory profiles (pprof)
+# ------------------------------------------------------------------------------------------
+
+def _varint(b: bytes, i: int):
+    out = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        out |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return out, i
+
+
+def _fields(b: bytes):
+    """(field number, value) of a serialized protobuf message (its wire format)."""
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        kind = key & 7
+        if kind == 0:
+            v, i = _varint(b, i)
+        elif kind == 2:
+            n, i = _varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif kind == 1:
+            v, i = b[i:i + 8], i + 8
+        elif kind == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise ValueError(f"not a protobuf message (wire type {kind})")
+        yield key >> 3, v
+
+
+def _ints(v) -> list:
+    """A repeated integer field, packed (bytes) or not (one int)."""
+    if isinstance(v, int):
+        return [v]
+    out, i = [], 0
+    while i < len(v):
+        x, i = _varint(v, i)
+        out.append(x)
+    return out
+
+
+@dataclass(frozen=True)
+class LiveBuffer:
+    """The live arrays of one device made at one place: ``bytes`` in ``count`` buffers,
+    ``kind`` ("buffer": arrays; "executable": compiled programs), and ``stack``, the
+    Python frames that allocated them, innermost first, as (function, file, line)."""
+
+    device: str
+    kind: str
+    bytes: int
+    count: int
+    stack: tuple
+
+    def where(self, skip=("/jax/", "/jaxlib/", "/scalebook/", "site-packages")) -> tuple:
+        """The innermost frame whose file is none of ``skip``: the user's own line."""
+        for frame in self.stack:
+            if not any(s in frame[1] for s in skip):
+                return frame
+        return self.stack[0] if self.stack else ("", "", 0)
+
+
+def memory_profile(data: bytes | None = None, kind: str | None = "buffer") -> list:
+    """The device memory in use now, by allocation site: ``data`` is what
+    ``jax.profiler.device_memory_profile()`` returns (taken now when None), a gzipped
+    pprof ``Profile`` whose samples are the live buffers with the Python stack that
+    allocated them and ``kind``/``device`` labels. Returns one :class:`LiveBuffer` per
+    (device, kind, stack), largest first; ``kind=None`` keeps executables too.
+
+    A snapshot, not a peak: call it where memory matters (after a step, or in an
+    out-of-memory handler) to see which arrays hold the memory and which line made them.
+    The peak *inside* a compiled program is the compiler's (``hlo.memory``,
+    ``hlo.live_memory``, XProf's memory viewer). ``pprof`` reads the same data
+    (``pprof --web file.prof`` on a saved copy)."""
+    import gzip as _gzip
+
+    if data is None:
+        import jax
+        data = jax.profiler.device_memory_profile()
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"data must be the bytes of jax.profiler.device_memory_profile(); "
+                        f"got {type(data).__name__}")
+    raw = _gzip.decompress(data) if data[:2] == b"\x1f\x8b" else bytes(data)
+    try:
+        top = defaultdict(list)
+        for k, v in _fields(raw):
+            top[k].append(v)
+        strings = [b.decode("utf-8", "replace") for b in top[6]]
+        types = [dict(_fields(t)) for t in top[1]]
+        functions = {}
+        for f in top[5]:
+            d = dict(_fields(f))
+            functions[d.get(1, 0)] = (strings[d.get(2, 0)], strings[d.get(4, 0)])
+        locations = {}
+        for loc in top[4]:
+            d = defaultdict(list)
+            for k, v in _fields(loc):
+                d[k].append(v)
+            frames = []
+            for line in d[4]:
+                ld = dict(_fields(line))
+                fn, file = functions.get(ld.get(1, 0), ("", ""))
+                frames.append((fn, file, ld.get(2, 0)))
+            locations[d[1][0] if d[1] else 0] = frames
+        value_names = [strings[t.get(1, 0)] for t in types]
+        i_bytes = value_names.index("space") if "space" in value_names else len(types) - 1
+        i_count = value_names.index("allocations") if "allocations" in value_names else 0
+        totals = defaultdict(lambda: [0, 0])
+        for sample in top[2]:
+            d = defaultdict(list)
+            for k, v in _fields(sample):
+                d[k].append(v)
+            locs = [x for v in d[1] for x in _ints(v)]
+            values = [x for v in d[2] for x in _ints(v)]
+            labels = {}
+            for lab in d[3]:
+                ld = dict(_fields(lab))
+                labels[strings[ld.get(1, 0)]] = strings[ld.get(2, 0)]
+            stack = tuple(f for loc in locs for f in locations.get(loc, []))
+            key = (labels.get("device", ""), labels.get("kind", ""), stack)
+            totals[key][0] += values[i_bytes] if i_bytes < len(values) else 0
+            totals[key][1] += values[i_count] if i_count < len(values) else 0
+    except (IndexError, KeyError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"data is not a pprof memory profile: {type(e).__name__}: {e}") \
+            from None
+    rows = [LiveBuffer(dev, k, nbytes, count, stack)
+            for (dev, k, stack), (nbytes, count) in totals.items()
+            if kind is None or k == kind]
+    return sorted(rows, key=lambda r: (-r.bytes, r.device, r.stack))
+
