@@ -19,7 +19,9 @@
   TPU's (collectives fused into ``kind=kCustom`` fusions, layouts such as ``S(1)``).
 * :func:`op_sources` -- each instruction's ``op_name`` (the ``jax.named_scope`` path) and
   the source line it came from; :func:`live_memory` -- the bytes live in one memory space
-  (HBM, host, ...) as the entry computation runs, and what is live at the peak.
+  (HBM, host, ...) as the entry computation runs, and what is live at the peak;
+  :func:`peak_buffers` -- the buffers XLA's own buffer assignment finds live at the peak
+  (the ``live-range`` file of an ``xla_dump_to`` dump).
 
 What a comparison with these verifies: the kinds, shapes, dtypes and replica groups are
 XLA's own; a byte count derived from those shapes with :func:`scalebook.collectives.ring_bytes`
@@ -41,7 +43,7 @@ __all__ = [
     "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
     "parse_replica_groups", "cost", "xla_flops", "matmul_flops_traced", "MemoryUse", "memory",
     "Op", "ops", "fusions", "count_fusions", "op_categories", "OP_CATEGORIES", "entry_lines",
-    "OpSource", "op_sources", "LiveMemory", "live_memory",
+    "OpSource", "op_sources", "LiveMemory", "live_memory", "peak_buffers",
 ]
 
 
@@ -1278,4 +1280,36 @@ def live_memory(compiled, memory_space: int = 0) -> LiveMemory:
                   key=lambda x: (-x[1], index.get(x[0], 0)))
     return LiveMemory(memory_space, tuple(timeline), timeline[peak_i][1] if timeline else 0,
                       timeline[peak_i][0] if timeline else "", tuple(live))
+
+
+def peak_buffers(live_range_text: str, compiled=None) -> list:
+    """[(buffer, bytes, shape)] of the buffers live at the peak of a program, largest
+    first, from the ``*-live-range.txt`` file that XLA writes with ``xla_dump_to`` (its
+    "Live ranges at N (peak):" section: XLA's own buffer assignment). ``buffer`` is an
+    instruction name; ``shape`` its type (the tuple element a ``{i}`` index names) when
+    ``compiled`` (the program, or its HLO text: the dump's ``*after_optimizations.txt``)
+    is given, else "".
+    """
+    if not isinstance(live_range_text, str):
+        raise TypeError("live_range_text must be the text of XLA's *-live-range.txt dump")
+    m = re.search(r"^\s*Live ranges at \d+ \(peak\):\s*$", live_range_text, re.M)
+    if not m:
+        raise ValueError("live_range_text has no 'Live ranges at N (peak):' section: pass "
+                         "the *-live-range.txt file of an xla_dump_to dump")
+    table = _module(compiled)[2] if compiled is not None else {}
+    out = []
+    for line in live_range_text[m.end():].split("\n"):
+        b = re.match(r"^\s+([\w.\-]+)\{([\d,]*)\}: (\d+) bytes", line)
+        if not b:
+            if line.strip():
+                break
+            continue
+        name, index, nbytes = b.group(1), b.group(2), int(b.group(3))
+        shape = ""
+        if name in table:
+            arrays = _shapes(table[name].type_text)
+            k = int(index.split(",")[0]) if index else 0
+            shape = arrays[k] if k < len(arrays) else ""
+        out.append((name, nbytes, shape))
+    return sorted(out, key=lambda r: -r[1])
 

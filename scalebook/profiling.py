@@ -77,7 +77,9 @@ class OpEvent:
     not say); thread: the name of the thread (CPU), stream (GPU) or line (TPU: "XLA Ops")
     that ran it; start, duration: seconds (start measured from the first event of the
     trace); kernel: on a GPU, the name of the kernel this event is (one op may launch
-    several), else "".
+    several), else "". args: the event's own ``args`` as the trace stores them (on a TPU
+    the op's cost model: ``long_name``, ``hlo_category``, ``bytes_accessed``,
+    ``model_flops``, ``source``, ``tf_op``...); not compared.
     """
 
     name: str
@@ -87,6 +89,7 @@ class OpEvent:
     start: float
     duration: float
     kernel: str = ""
+    args: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def end(self) -> float:
@@ -335,11 +338,11 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
             elif thread == "XLA Ops":
                 xla_ops[pid].append((str(args.get("hlo_op", name)),
                                      str(args.get("hlo_module", "")), devices[pid], thread,
-                                     ts, dur, ""))
+                                     ts, dur, "", args))
             elif "hlo_op" in args:
                 op = str(args["hlo_op"])
                 kernels[pid].append((op, str(args.get("hlo_module", "")), devices[pid],
-                                     thread, ts, dur, name if name != op else ""))
+                                     thread, ts, dur, name if name != op else "", args))
         elif "hlo_op" in args and not on_device:
             dev = args.get("device_ordinal")
             try:
@@ -347,21 +350,21 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
             except (TypeError, ValueError):
                 dev = None
             ops.append((str(args["hlo_op"]), str(args.get("hlo_module", "")), dev, thread,
-                        ts, dur, ""))
+                        ts, dur, "", args))
         elif pid not in devices and thread.startswith("python") and not name.startswith("$"):
-            spans.append((name, "", None, thread, ts, dur, ""))
+            spans.append((name, "", None, thread, ts, dur, "", args))
     for pid in devices:
         if kernels[pid]:              # a GPU's kernels (or any device events naming an op)
             ops.extend(kernels[pid])
             continue
         mods = sorted(modules[pid])
         starts = [m[0] for m in mods]
-        for op, module, dev, thread, ts, dur, kernel in xla_ops[pid]:
+        for op, module, dev, thread, ts, dur, kernel, a in xla_ops[pid]:
             if not module:            # a TPU's op: the program running around it
                 i = bisect.bisect_right(starts, ts) - 1
                 if i >= 0 and mods[i][1] >= ts:
                     module = mods[i][2]
-            ops.append((op, module, dev, thread, ts, dur, kernel))
+            ops.append((op, module, dev, thread, ts, dur, kernel, a))
     ops = _leaves(ops)
     if not ops:
         if on_device:
@@ -372,10 +375,10 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
         raise TraceError("the trace holds no executed HLO ops (no event with args.hlo_op): "
                          "was anything run (and block_until_ready called) inside "
                          "jax.profiler.trace?")
-    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, k)
-          for n, m, d, th, ts, dur, k in ops]
-    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6)
-           for n, m, d, th, ts, dur, _ in spans]
+    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, k, a)
+          for n, m, d, th, ts, dur, k, a in ops]
+    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, "", a)
+           for n, m, d, th, ts, dur, _, a in spans]
     mk.sort(key=lambda ev: (ev.start, ev.device if ev.device is not None else -1))
     ann.sort(key=lambda ev: ev.start)
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
