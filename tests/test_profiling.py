@@ -230,7 +230,7 @@ def test_collective_matmul_overlaps_its_sends_and_the_all_gather_version_does_no
         f = jax.jit(jax.shard_map(lambda a, w, fn=fn: fn(a, w, "y"), mesh=mesh,
                                   in_specs=(P("x", "y"), P(None, "y")),
                                   out_specs=P("x", "y")))
-        tr = profiling.capture(f, a, w, steps=3,
+        tr = profiling.capture(f, a, w, steps=5,
                                categories=hlo.op_categories(f.lower(a, w).compile()))
         counts[fn.__name__] = len(profiling.overlapping_pairs(tr))
     assert counts["allgather_matmul"] == 0 and counts["collective_matmul"] > 0, counts
