@@ -17,6 +17,8 @@ and predict the profile a real chip would show (chapter 9).
 * :func:`compare_with_roofline` puts the measured time of each big op next to its roofline
   time max(FLOPs / C, bytes / W) for the peak C and bandwidth W you give (chapter 1's
   measured values for this machine).
+* :func:`real_profile` finds the real GPU and TPU profiles (trace and compiled HLO) that
+  ship with the package in ``scalebook/data/profiles`` (sources and licences there).
 * :func:`memory_profile` reads ``jax.profiler.device_memory_profile()`` (a pprof
   snapshot of the arrays alive on the devices) into one :class:`LiveBuffer` per allocation
   site, largest first, with the line of code that made it.
