@@ -57,7 +57,7 @@ __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace
            "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
            "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations",
-           "COMPUTE_KINDS", "overlapping_pairs", "RealProfile", "real_profile",
+           "COMPUTE_KINDS", "overlapping_pairs", "overlap_seconds", "RealProfile", "real_profile",
            "REAL_PROFILES", "LiveBuffer", "memory_profile"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
@@ -573,8 +573,13 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
 COMPUTE_KINDS = ("matmul", "attention", "elementwise")
 
 
+def overlap_seconds(a, b) -> float:
+    """Seconds during which two events both ran (0 if they did not)."""
+    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
+
+
 def overlapping_pairs(trace: Trace, module: str | None = None, device=None,
-                      compute=COMPUTE_KINDS) -> list:
+                      compute=COMPUTE_KINDS, at_least: float = 0.0) -> list:
     """The (collective, compute) pairs of events that ran at the same time on one device.
 
     A pair is a collective event and an event of a ``compute`` kind (matmul, attention,
@@ -590,8 +595,9 @@ def overlapping_pairs(trace: Trace, module: str | None = None, device=None,
       (``-start`` / ``-done``) hides its transfer *between* its two events: this function
       finds no pairs there; read the gap between start and done instead.
 
-    ``module`` and ``device`` restrict the events; the pairs are sorted by the collective's
-    start. ``len(...)`` counts them: 0 means nothing overlapped in this trace.
+    ``module`` and ``device`` restrict the events; ``at_least`` (seconds) keeps only pairs
+    that overlap by that much (events that merely touch are left out). The pairs are sorted
+    by the collective's start. ``len(...)`` counts them: 0 means nothing overlapped.
     """
     if not isinstance(trace, Trace):
         raise TypeError(f"trace must be a scalebook.profiling.Trace; got {type(trace).__name__}")
@@ -612,7 +618,8 @@ def overlapping_pairs(trace: Trace, module: str | None = None, device=None,
         starts = [e.start for e in comp]
         for c in colls:
             for m in comp[:bisect.bisect_left(starts, c.end)]:   # started before c ended
-                if m.end > c.start and m.thread != c.thread:
+                if (m.end > c.start and m.thread != c.thread
+                        and overlap_seconds(c, m) >= at_least):
                     pairs.append((c, m))
     return sorted(pairs, key=lambda p: (p[0].start, p[1].start))
 

@@ -576,3 +576,13 @@ def test_memory_profile_finds_the_largest_buffer_and_its_line():
     with pytest.raises(TypeError):
         profiling.memory_profile("profile")
     del big, small
+
+
+def test_overlapping_pairs_can_ask_for_a_least_overlap():
+    """Chapter 10 keeps pairs that overlap by at least 10 µs (events that touch are not
+    overlap); the same function serves chapters 9 and 10."""
+    from types import SimpleNamespace as E
+    from scalebook.profiling import overlap_seconds
+
+    assert overlap_seconds(E(start=0.0, end=2.0), E(start=1.0, end=3.0)) == 1.0
+    assert overlap_seconds(E(start=0.0, end=1.0), E(start=2.0, end=3.0)) == 0.0
