@@ -89,6 +89,15 @@ def test_ep_critical_width_by_hand():
     assert par.ep_critical_width(H100, 32) == pytest.approx(C * s * t / 2)
     with pytest.raises(ValueError, match="whole nodes"):
         par.ep_critical_width(H100, 12)
+    # a gated expert (gate, up, down: 6 D F FLOPs per routed copy): F* = C s t / 3, the
+    # figure the review of chapter 11 worked by hand for 64 H100s in 8 nodes (11,699)
+    t64 = 7 / 64 / 450e9 + 56 / 64 / 50e9
+    assert par.ep_critical_width(H100, 64, matmuls=3) == pytest.approx(C * s * t64 / 3)
+    assert round(par.ep_critical_width(H100, 64, matmuls=3)) == 11699
+    assert par.ep_critical_width(H100, 8, matmuls=3) == pytest.approx(
+        2 / 3 * par.ep_critical_width(H100, 8))
+    with pytest.raises(ValueError, match="matmuls"):
+        par.ep_critical_width(H100, 8, matmuls=0)
     gb = hardware.preview_chip("gpu-gb200")          # 64 GPUs inside one NVL72 domain
     assert par.ep_critical_width(gb, 64) == pytest.approx(
         gb.bf16_flops * 63 / 64 * s / gb.ici_bandwidth / 2)
