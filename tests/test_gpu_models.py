@@ -49,6 +49,19 @@ def test_wave_quantization_by_hand(B, F, tiles, waves):
     assert w.efficiency == pytest.approx(tiles / (waves * 132))
 
 
+def test_wave_quantization_counts_the_padding_inside_the_tiles():
+    """B = 64 fills half of each 128-row tile: 112 tiles in one wave use 112/132 of the
+    slots, but only 64 x 28,672 / (132 x 128 x 256) = 42% of the SM time is real output."""
+    w = ci.wave_quantization(64, 28672, H100)
+    assert w.efficiency == pytest.approx(112 / 132)
+    assert w.useful == pytest.approx(64 * 28672 / (132 * 128 * 256))
+    assert round(w.useful, 2) == 0.42
+    full = ci.wave_quantization(4096, 28672, H100)       # whole tiles: only the waves count
+    assert full.useful == pytest.approx(full.efficiency)
+    with pytest.raises(ValueError, match="wave_quantization"):
+        ci.Waves(112, 132, 1).useful
+
+
 def test_wave_quantization_errors():
     with pytest.raises(ValueError, match="tile"):
         ci.wave_quantization(128, 128, H100, tile=128)
