@@ -178,9 +178,9 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
                 split = (f"{d}, {n // d}" if n % d == 0 else "local, nodes")
                 raise ValueError(
                     f"{n} {c.name} GPUs span more than one NVLink domain of {d}; time a "
-                    f"group across nodes hierarchically, NVLink in each node and each "
-                    f"GPU's network card (dcn_bandwidth, {c.dcn_bandwidth:.3g} bytes/s) "
-                    f"between nodes: hierarchical_time({kind!r}, nbytes, {split}, "
+                    f"group across nodes hierarchically (NVLink in each node, each GPU's "
+                    f"network card between nodes, dcn_bandwidth {c.dcn_bandwidth:.3g} "
+                    f"bytes/s): hierarchical_time({kind!r}, nbytes, {split}, "
                     f"{c.name!r})")
             bandwidth = c.ici_bandwidth
         else:
