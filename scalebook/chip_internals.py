@@ -283,16 +283,26 @@ def implied_sm_clock(chip, flops_per_sm_clock: float, dtype: str = "bf16") -> fl
 @dataclass(frozen=True)
 class Waves:
     """Result of :func:`wave_quantization`: ``tiles`` output tiles, run ``sms`` at a time in
-    ``waves`` waves; ``efficiency`` = tiles / (waves x sms), the share of the SMs' time
-    spent on tiles (the last wave leaves SMs idle)."""
+    ``waves`` waves; ``efficiency`` = tiles / (waves x sms), the share of the SMs' tile
+    slots that compute a tile (the last wave leaves SMs idle). ``useful`` also counts the
+    padding inside the tiles: B F / (waves x sms x t_B t_F), the share of the SMs' time
+    spent on real output elements (a B = 64 batch fills half of each 128-row tile)."""
 
     tiles: int
     sms: int
     waves: int
+    elements: int = 0           # B F, the output's real elements
+    tile_elements: int = 0      # t_B t_F
 
     @property
     def efficiency(self) -> float:
         return self.tiles / (self.waves * self.sms)
+
+    @property
+    def useful(self) -> float:
+        if not self.tile_elements:
+            raise ValueError("useful needs the output and tile sizes: use wave_quantization")
+        return self.elements / (self.waves * self.sms * self.tile_elements)
 
 
 def wave_quantization(B: int, F: int, chip, tile=(128, 256)) -> Waves:
@@ -308,4 +318,5 @@ def wave_quantization(B: int, F: int, chip, tile=(128, 256)) -> Waves:
     tb, tf = (check_positive_int("tile side", t) for t in tile)
     sms = _gpu_figure(c, "sm_count")
     tiles = math.ceil(B / tb) * math.ceil(F / tf)
-    return Waves(tiles=tiles, sms=sms, waves=math.ceil(tiles / sms))
+    return Waves(tiles=tiles, sms=sms, waves=math.ceil(tiles / sms), elements=B * F,
+                 tile_elements=tb * tf)

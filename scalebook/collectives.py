@@ -174,11 +174,14 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
         c = get_chip(chip)
         if topology == "switch":
             if c.ici_domain_chips is not None and n > c.ici_domain_chips:
+                d = c.ici_domain_chips
+                split = (f"{d}, {n // d}" if n % d == 0 else "local, nodes")
                 raise ValueError(
-                    f"{n} {c.name} GPUs span more than one NVLink domain of "
-                    f"{c.ici_domain_chips}; the part between nodes runs on the scale-out "
-                    f"network: time it with bandwidth=get_chip({c.name!r}).dcn_bandwidth "
-                    f"({c.dcn_bandwidth:.3g} bytes/s) and topology='ring'")
+                    f"{n} {c.name} GPUs span more than one NVLink domain of {d}; time a "
+                    f"group across nodes hierarchically (NVLink in each node, each GPU's "
+                    f"network card between nodes, dcn_bandwidth {c.dcn_bandwidth:.3g} "
+                    f"bytes/s): hierarchical_time({kind!r}, nbytes, {split}, "
+                    f"{c.name!r})")
             bandwidth = c.ici_bandwidth
         else:
             bandwidth = c.ici_link_bandwidth

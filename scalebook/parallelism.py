@@ -959,20 +959,23 @@ def hierarchical_dp_critical_batch(chip, nodes: int, *, local: int | None = None
     return c.bf16_flops * t / 4
 
 
-def ep_critical_width(chip, n_ep: int, *, bytes_per_element: float = 2,
+def ep_critical_width(chip, n_ep: int, *, matmuls: int = 2, bytes_per_element: float = 2,
                       pipelined: bool = False) -> float:
     """Expert width F above which an MoE layer's dispatch and combine all-to-alls over
     ``n_ep`` chips hide behind its expert matmuls, whatever the batch.
 
-    Per routed copy of a token (forward): the expert's two matmuls do 4 D F FLOPs, and the
-    dispatch and combine each move its D s bytes, so 4 D F / C >= 2 t(D s): F* = C t(s) / 2,
-    where t(s) is one all-to-all's time for s bytes per chip. Inside one fast domain
-    t = collective_time (a GPU's NVSwitch sends the blocks straight to their GPU:
-    t(s) = (n-1)/n s / W); a GPU group over several nodes of ``ici_domain_chips`` runs
-    the hierarchical all-to-all (NVLink for the copies that stay in the node, the NIC
-    for the rest)."""
+    Per routed copy of a token (forward): the expert's ``matmuls`` matmuls do
+    2 matmuls D F FLOPs (2: an up and a down projection, 4 D F; 3: a gated MLP's gate, up
+    and down, 6 D F, as in Mixtral's and DeepSeek-V3's experts), and the dispatch and
+    combine each move its D s bytes, so 2 matmuls D F / C >= 2 t(D s):
+    F* = C t(s) / matmuls, where t(s) is one all-to-all's time for s bytes per chip.
+    Inside one fast domain t = collective_time (a GPU's NVSwitch sends the blocks straight
+    to their GPU: t(s) = (n-1)/n s / W); a GPU group over several nodes of
+    ``ici_domain_chips`` runs the hierarchical all-to-all (NVLink for the copies that stay
+    in the node, the NIC for the rest)."""
     c = _chip(chip)
     n = _int("n_ep", n_ep, minimum=2)
+    m = _int("matmuls", matmuls)
     s = check_positive("bytes_per_element", bytes_per_element)
     domain = c.ici_domain_chips
     if c.vendor == "NVIDIA" and domain is not None and n > domain:
@@ -982,4 +985,4 @@ def ep_critical_width(chip, n_ep: int, *, bytes_per_element: float = 2,
                                     pipelined=pipelined)
     else:
         t = _ctime("all-to-all", s, n, network(c, "ici"))
-    return c.bf16_flops * t / 2
+    return c.bf16_flops * t / m

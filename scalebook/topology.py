@@ -244,20 +244,33 @@ def slice_info(chip, shape) -> SliceInfo:
 
 
 def bandwidth_hierarchy(chip) -> list[dict]:
-    """A chip's bandwidths from fastest to slowest, bytes/s in one direction per chip.
+    """A chip's bandwidths from fastest to slowest, bytes/s per chip; ``None`` where no
+    figure is published.
 
-    Rows: HBM; chip-to-chip over all links (ICI or NVLink) and over one link; PCIe to the
-    host; DCN (data-centre network). ``None`` where no figure is published.
+    Rows: HBM (the vendor's figure, reads and writes together, not one direction);
+    chip-to-chip over all links (ICI or NVLink) and over one link, one direction; PCIe to
+    the host; DCN (data-centre network; on a GPU its own network card). On a torus each
+    link goes to one neighbour; on a GPU node every NVLink goes to an NVSwitch, so any one
+    peer GPU is reached at the full all-links rate, and all peers at once share it.
     """
     c = get_chip(chip)
-    link = "NVLink" if c.vendor == "NVIDIA" else "ICI"
+    switched = c.vendor == "NVIDIA"
+    link = "NVLink" if switched else "ICI"
+    if switched:
+        all_links = f"chip -> switch, {c.ici_links} links: any GPU of the node"
+        one_link = f"one of the {c.ici_links} (each to a switch chip)"
+    else:
+        all_links = f"chip -> neighbours, {c.ici_links} links"
+        one_link = "chip -> one neighbour"
     return [
-        {"level": "HBM", "bandwidth": c.hbm_bandwidth, "what": "chip <-> its own HBM"},
-        {"level": f"{link}, all links", "bandwidth": c.ici_bandwidth,
-         "what": f"chip -> neighbours, {c.ici_links} links"},
-        {"level": f"{link}, one link", "bandwidth": c.ici_link_bandwidth, "what": "chip -> one neighbour"},
+        {"level": "HBM", "bandwidth": c.hbm_bandwidth,
+         "what": "chip <-> its own HBM, reads + writes"},
+        {"level": f"{link}, all links", "bandwidth": c.ici_bandwidth, "what": all_links},
+        {"level": f"{link}, one link", "bandwidth": c.ici_link_bandwidth, "what": one_link},
         {"level": "PCIe", "bandwidth": c.pcie_bandwidth, "what": "chip <-> host CPU memory"},
-        {"level": "DCN", "bandwidth": c.dcn_bandwidth, "what": "chip's share of the network to other hosts"},
+        {"level": "DCN", "bandwidth": c.dcn_bandwidth,
+         "what": "chip's share of the network to other hosts" if not switched
+         else "the GPU's own network card, to other nodes"},
     ]
 
 

@@ -295,3 +295,20 @@ def test_a_code_answer_of_the_wrong_type_gets_a_message_never_a_hint_error(ex_id
     for value in ODD_RETURNS:
         r = evaluate(ex_id, lambda *args, value=value: value)
         assert r.status == "wrong" and r.message, (value, r)
+
+
+def test_a_choice_is_recognised_in_any_case_and_with_any_word_separator():
+    """"All Gather", "all_gather" and "--all-gather" all spell the choice "all-gather";
+    an alias (a flag's full name, say) maps to its choice; anything else is told the
+    choices. The recorded form (core.well_formed) agrees."""
+    from scalebook.exercises.kinds import ChoiceExercise
+    ex = ChoiceExercise(id="99.7", title="t", choices=("all-gather", "compute_bound"),
+                        reference=lambda: "all-gather",
+                        aliases={"xla_all_gather": "all-gather"},
+                        hints={"compute_bound": "no."})
+    for spelling in ("all-gather", "All Gather", "all_gather", "--ALL-GATHER ",
+                     "xla-all-gather"):
+        assert ex.evaluate(spelling).status == "correct", spelling
+    assert ex.evaluate("Compute bound").message == "not yet: no."
+    assert "one of" in ex.evaluate("allgather").message
+    assert ex.choice_of(3) is None and ex.choice_of("compute-bound") == "compute_bound"

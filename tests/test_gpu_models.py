@@ -49,6 +49,19 @@ def test_wave_quantization_by_hand(B, F, tiles, waves):
     assert w.efficiency == pytest.approx(tiles / (waves * 132))
 
 
+def test_wave_quantization_counts_the_padding_inside_the_tiles():
+    """B = 64 fills half of each 128-row tile: 112 tiles in one wave use 112/132 of the
+    slots, but only 64 x 28,672 / (132 x 128 x 256) = 42% of the SM time is real output."""
+    w = ci.wave_quantization(64, 28672, H100)
+    assert w.efficiency == pytest.approx(112 / 132)
+    assert w.useful == pytest.approx(64 * 28672 / (132 * 128 * 256))
+    assert round(w.useful, 2) == 0.42
+    full = ci.wave_quantization(4096, 28672, H100)       # whole tiles: only the waves count
+    assert full.useful == pytest.approx(full.efficiency)
+    with pytest.raises(ValueError, match="wave_quantization"):
+        ci.Waves(112, 132, 1).useful
+
+
 def test_wave_quantization_errors():
     with pytest.raises(ValueError, match="tile"):
         ci.wave_quantization(128, 128, H100, tile=128)
@@ -89,6 +102,15 @@ def test_ep_critical_width_by_hand():
     assert par.ep_critical_width(H100, 32) == pytest.approx(C * s * t / 2)
     with pytest.raises(ValueError, match="whole nodes"):
         par.ep_critical_width(H100, 12)
+    # a gated expert (gate, up, down: 6 D F FLOPs per routed copy): F* = C s t / 3, the
+    # figure the review of chapter 11 worked by hand for 64 H100s in 8 nodes (11,699)
+    t64 = 7 / 64 / 450e9 + 56 / 64 / 50e9
+    assert par.ep_critical_width(H100, 64, matmuls=3) == pytest.approx(C * s * t64 / 3)
+    assert round(par.ep_critical_width(H100, 64, matmuls=3)) == 11699
+    assert par.ep_critical_width(H100, 8, matmuls=3) == pytest.approx(
+        2 / 3 * par.ep_critical_width(H100, 8))
+    with pytest.raises(ValueError, match="matmuls"):
+        par.ep_critical_width(H100, 8, matmuls=0)
     gb = hardware.preview_chip("gpu-gb200")          # 64 GPUs inside one NVL72 domain
     assert par.ep_critical_width(gb, 64) == pytest.approx(
         gb.bf16_flops * 63 / 64 * s / gb.ici_bandwidth / 2)

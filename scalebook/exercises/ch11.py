@@ -4,6 +4,10 @@ chip_internals, collectives, parallelism, serving).
 The mesh exercise (11.12) runs the student's per-device function on a 2 x 4 mesh with axes
 ``"node"`` and ``"gpu"`` (``scalebook.setup()`` must have run), compares the numbers with
 NumPy and reads the compiled program's collectives with :func:`scalebook.hlo.collectives`.
+
+Where a scalebook function gives an answer directly (``collectives.hierarchical_time`` for
+11.4, ``parallelism.hierarchical_dp_critical_batch`` for 11.5, ``ep_critical_width`` for
+11.7), the check cannot tell and accepts it; the chapter says so.
 """
 
 from __future__ import annotations
@@ -74,18 +78,23 @@ def _ex1_hints(sms, clock_mhz, gen):
     ]
 
 
+def _ex1_words(sms, clock_mhz, gen):
+    aside = (" (the H100 PCIe card, for one, has 114 SMs at 1,620 MHz for tensor work)"
+             if (sms, clock_mhz, gen) == (114, 1620, "hopper") else "")
+    return {"gen_name": _GEN_NAME[gen], "ref_chip": _name(_GEN_CHIP[gen]), "aside": aside,
+            "a_gen": "an Ampere" if gen == "ampere" else "a Hopper",
+            "A_gen": "An Ampere" if gen == "ampere" else "A Hopper"}
+
+
 register(VariedNumericExercise(
     id="11.1", title="The peak of an H100 PCIe from its SMs", unit="FLOP/s", rtol=0.01,
     params={"sms": 114, "clock_mhz": 1620, "gen": "hopper"},
     choose={"sms": (96, 108, 114, 120, 128, 132, 144), "clock_mhz": (1410, 1620, 1755,
                                                                     1830, 1980),
             "gen": ("ampere", "hopper")},
-    solve=_ex1, hints_for=_ex1_hints,
-    describe=lambda sms, clock_mhz, gen: {"gen_name": _GEN_NAME[gen],
-                                          "ref_chip": _name(_GEN_CHIP[gen])},
-    variant_title="The peak of a {gen_name} GPU from its SMs",
-    statement="A {gen_name} GPU has {sms} SMs whose Tensor Cores run at {clock_mhz:,} MHz "
-              "(the H100 PCIe card, for one, has 114 SMs at 1,620 MHz for tensor work). "
+    solve=_ex1, hints_for=_ex1_hints, describe=_ex1_words,
+    variant_title="The peak of {a_gen} GPU from its SMs",
+    statement="{A_gen} GPU has {sms} SMs whose Tensor Cores run at {clock_mhz:,} MHz{aside}. "
               "Each SM does the dense bf16 work per clock of the {ref_chip} in "
               "`scalebook.hardware` (`tensor_flops_per_sm_clock`). What is the GPU's "
               "dense bf16 peak, in FLOP/s?",
@@ -104,13 +113,21 @@ def _ex2(B=384, F=14336, chip="gpu-h100"):
 def _ex2_hints(B, F, chip):
     w = _waves(B, F, chip)
     floor_tiles = (B // 128) * (F // 256)
+    last = (w.tiles - (w.waves - 1) * w.sms) / w.sms
     hints = [
         (lambda a: _close(a, 1.0, 0.005), "the last wave is not full: count the waves, "
                                           "ceil(tiles / SMs), and the SM-tile slots they offer."),
         (lambda a: _close(a, 100 * w.efficiency, 0.01), "give a fraction (0.5 for half), "
                                                         "not a percentage."),
+        (lambda a: _close(a, 1 - w.efficiency, 0.01),
+         "that is the idle share, the slots with no tile; the question asks for the share "
+         "that compute one: 1 minus it."),
+        (lambda a: w.waves > 1 and _close(a, last, 0.01),
+         "that is the last wave's fill alone; count the slots of all the waves: tiles / "
+         "(waves x SMs)."),
         (lambda a: _close(a, w.tiles / w.sms, 0.01) and w.waves > 1,
-         "tiles / SMs counts full waves only; the SMs wait through the last, partial wave too."),
+         "tiles / SMs is more than 1, not a share: divide the tiles by the slots of all "
+         "the waves, waves x SMs."),
     ]
     if floor_tiles and floor_tiles != w.tiles:
         fw = math.ceil(floor_tiles / w.sms)
@@ -125,7 +142,7 @@ def _ex2_ok(B, F, chip):
 
 
 register(VariedNumericExercise(
-    id="11.2", title="Idle SMs in a small matmul", unit="fraction", rtol=0.01,
+    id="11.2", title="SM-tile slots a small matmul uses", unit="fraction", rtol=0.01,
     params={"B": 384, "F": 14336, "chip": "gpu-h100"},
     choose={"B": (32, 128, 256, 384, 640, 1024), "F": (4096, 14336, 28672, 53248),
             "chip": ("gpu-a100", "gpu-h100", "gpu-b200")},
@@ -155,8 +172,10 @@ def _ex3_hints(n, MB, chip):
     return [
         (lambda a: _close(a, ring), "that is the ring's whole time; subtract what the "
                                     "in-switch reduction takes, M / W_nvl."),
-        (lambda a: _close(a, sharp), "that is the time with in-switch reduction; the "
-                                     "question asks for the difference from the ring."),
+        (lambda a: _close(a, sharp),
+         "that is M / W_nvl, the time with in-switch reduction"
+         + (" (and, with n = 4, also twice the saving)" if n == 4 else "")
+         + ": the saving is the ring's 2 (n - 1) / n M / W_nvl minus it."),
         (lambda a: _close(a, ref * c.ici_links), "use all of a GPU's NVLinks together "
                                                  "(its ici_bandwidth), not one link."),
         (lambda a: _close(a, ref * 2 ** 20 / 1e6, 0.005),
@@ -194,6 +213,8 @@ def _ex4_hints(nodes, chip, dtype, model="llama3-8b"):
     M = s * _n(model)
     n = 8 * nodes
     nic_only = 2 * (nodes - 1) / nodes * M / 8 / c.dcn_bandwidth
+    nvl_one = 7 / 8 * M / c.ici_bandwidth
+    ref = _ex4(nodes, chip, dtype)
     other = "bf16" if dtype == "fp32" else "fp32"
     return [
         (lambda a: _close(a, _ex4(nodes, chip, dtype, pipelined=True)),
@@ -211,6 +232,13 @@ def _ex4_hints(nodes, chip, dtype, model="llama3-8b"):
          "the node's reduce-scatter), not all of it."),
         (lambda a: _close(a, _ex4(nodes, chip, other)), f"the gradient is {dtype}: "
                                                         f"{s} bytes per parameter."),
+        (lambda a: _close(a, _ex4(nodes, chip, dtype) - nvl_one),
+         "count both NVLink phases: the reduce-scatter before the cards and the all-gather "
+         "after them, (g - 1) / g M / W_nvl each."),
+        (lambda a: _close(a, ref * 2 ** 30 / 1e9, 0.005)
+         or _close(a, ref * 1e9 / 2 ** 30, 0.005),
+         "off by 2**30 / 1e9 = 1.074: the gradient's bytes and the bandwidths are both "
+         "decimal (1 GB = 1e9 bytes); do not convert one of them to GiB."),
     ]
 
 
@@ -219,7 +247,7 @@ register(VariedNumericExercise(
     params={"nodes": 4, "chip": "gpu-h100", "dtype": "bf16"},
     choose={"nodes": (2, 4, 8, 16, 32), "chip": ("gpu-a100", "gpu-h100", "gpu-b200"),
             "dtype": ("bf16", "fp32")},
-    solve=_ex4, hints_for=_ex4_hints,
+    solve=_ex4, hints_for=_ex4_hints, ring=lambda nodes, chip, dtype: (8, nodes),
     describe=lambda nodes, chip, dtype: {"chip_name": _name(chip), "n": 8 * nodes,
                                          "bytes": _DTYPE_BYTES[dtype]},
     statement="LLaMA-3 8B trains data-parallel on {nodes} nodes of 8 {chip_name} GPUs "
@@ -271,52 +299,104 @@ register(VariedNumericExercise(
 ))
 
 
-# 11.6 TP across nodes --------------------------------------------------------------------
-def _ex6():
-    return par.max_tp_degree(get_model("llama3-405b").d_ff, "gpu-h100", matmuls=3,
-                             network_kind="dcn")
+# 11.6 the TP bound ----------------------------------------------------------------------
+_WHERE = {"cards": ("dcn", "in different nodes",
+                    "on the GPUs' network cards (`dcn_bandwidth`, a one-way ring)",
+                    "over the network cards"),
+          "nvlink": ("ici", "of one node",
+                     "over NVLink, through the switch (`ici_bandwidth`)", "over NVLink")}
 
 
-def _ex6_raw():
-    c = get_chip("gpu-h100")
-    return 1 + 3 * get_model("llama3-405b").d_ff * c.dcn_bandwidth / (2 * c.bf16_flops)
+def _model_name(model):
+    return "LLaMA-3 " + model.split("-")[1].upper()
 
 
-register(NumericExercise(
-    id="11.6", title="Tensor parallelism over the network cards", unit="GPUs", integer=True,
-    reference=_ex6,
-    hints=[
-        (lambda a: a == 8, "8 is the node; here every all-reduce runs on the GPUs' cards "
-                           "(dcn_bandwidth)."),
-        (lambda a: a == math.ceil(_ex6_raw()), "round down: one more GPU and the "
-                                               "all-reduce no longer hides."),
-        (lambda a: a == math.floor(1 + 2 * get_model("llama3-405b").d_ff
-                                   * get_chip("gpu-h100").dcn_bandwidth
-                                   / (2 * get_chip("gpu-h100").bf16_flops)),
-         "the gated MLP has 3 matmuls (gate, up, down) behind its one all-reduce."),
-        (lambda a: a > 16, "that is NVLink's figure; across nodes the link is the card, "
-                           "9x slower."),
-    ],
+def _ex6(model="llama3-405b", chip="gpu-h100", where="cards", matmuls=3, s=2,
+         other_net=False):
+    """The bound 1 + matmuls F W / (s C) on the TP degree (not rounded)."""
+    c = get_chip(chip)
+    kind = _WHERE[where][0]
+    if other_net:
+        kind = "ici" if kind == "dcn" else "dcn"
+    W = c.dcn_bandwidth if kind == "dcn" else c.ici_bandwidth
+    return 1 + matmuls * get_model(model).d_ff * W / (s * c.bf16_flops)
+
+
+def _ex6_hints(model, chip, where):
+    ref = _ex6(model, chip, where)
+    other = "NVLink's ici_bandwidth" if where == "cards" else "the cards' dcn_bandwidth"
+    right = "the cards (dcn_bandwidth)" if where == "cards" else "NVLink (ici_bandwidth)"
+    return [
+        (lambda a: a in (math.floor(ref), math.ceil(ref)) and not _close(a, ref, 0.005),
+         "that is the bound rounded to whole GPUs; give the bound itself, unrounded (the "
+         "solution goes on to the degree you can use)."),
+        (lambda a: _close(a, _ex6(model, chip, where, other_net=True), 0.005),
+         f"that uses {other}; here the all-reduce runs on {right}."),
+        (lambda a: _close(a, _ex6(model, chip, where, matmuls=2), 0.005),
+         "the gated MLP has 3 matmuls (gate, up, down) behind its one all-reduce, not 2."),
+        (lambda a: _close(a, ref - 1, 0.005),
+         "the ring's (n - 1)/n gives n - 1 <= 3 F W / (s C): add the 1."),
+        (lambda a: _close(a, _ex6(model, chip, where, s=1), 0.005)
+         or _close(a, _ex6(model, chip, where, s=4), 0.005),
+         "the activations the all-reduce carries are bf16: s = 2 bytes per element."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="11.6", title="The TP bound over the network cards",
+    unit="GPUs (the bound, unrounded)", rtol=0.005,
+    params={"model": "llama3-405b", "chip": "gpu-h100", "where": "cards"},
+    choose={"model": ("llama3-8b", "llama3-70b", "llama3-405b"),
+            "chip": ("gpu-a100", "gpu-h100", "gpu-b200"), "where": ("cards", "nvlink")},
+    solve=lambda model, chip, where: _ex6(model, chip, where), hints_for=_ex6_hints,
+    describe=lambda model, chip, where: {
+        "model_name": _model_name(model), "F": get_model(model).d_ff,
+        "chip_name": _name(chip), "where_text": _WHERE[where][1],
+        "net_text": _WHERE[where][2], "where_title": _WHERE[where][3]},
+    variant_title="The TP bound {where_title}",
+    statement="{model_name}'s gated MLP ($F$ = {F:,}, three matmuls: gate, up and down) is "
+              "split with tensor parallelism over {chip_name} GPUs {where_text}, so that "
+              "its all-reduce of the activations runs {net_text}. What bound does the rule "
+              "of section 11.4 put on the tensor-parallel degree $n_{{\\mathrm{{tp}}}}$? "
+              "Give the bound itself, not rounded (a degree you can use is a whole number "
+              "at most this that divides the heads and $F$).",
 ))
 
 
 # 11.7 expert width across nodes ----------------------------------------------------------
-def _ex7(chip="gpu-h100", n_ep=32):
-    return par.ep_critical_width(chip, n_ep)
+_MM_TEXT = {2: "two matmuls (4 D F FLOPs per copy, forward)",
+            3: "three matmuls (a gated MLP: gate, up and down, 6 D F FLOPs per copy, "
+               "forward)"}
 
 
-def _ex7_hints(chip, n_ep):
+def _ex7(chip="gpu-h100", n_ep=32, matmuls=3):
+    return par.ep_critical_width(chip, n_ep, matmuls=matmuls)
+
+
+def _ex7_hints(chip, n_ep, matmuls):
     c = get_chip(chip)
-    ref = _ex7(chip, n_ep)
-    flat = c.bf16_flops * (n_ep - 1) / n_ep * 2 / c.dcn_bandwidth / 2
-    nic_part = c.bf16_flops * (n_ep - 8) / n_ep * 2 / c.dcn_bandwidth / 2
+    ref = _ex7(chip, n_ep, matmuls)
+    C, s, Wn, Wd = c.bf16_flops, 2, c.ici_bandwidth, c.dcn_bandwidth
+
+    def width(t):            # F* for a per-byte all-to-all time t
+        return C * s * t / matmuls
+    flat = width((n_ep - 1) / n_ep / Wd)
+    nic_part = width((n_ep - 8) / n_ep / Wd)
+    other = 2 if matmuls == 3 else 3
     return [
         (lambda a: _close(a, flat), "that sends all (n - 1) / n of the copies on the card; "
                                     "the 7 / n_ep for the GPU's own node go over NVLink."),
         (lambda a: _close(a, nic_part) and not _close(ref, nic_part),
          "add the NVLink part: (8 - 1) / n_ep of the bytes, at the NVLink bandwidth."),
+        (lambda a: _close(a, width(7 / 8 / Wn + (n_ep - 8) / n_ep / Wd))
+         or _close(a, width(7 / 8 / Wn + 1 / 8 / Wd)),
+         "of a GPU's n_ep - 1 peers 7 share its node: 7 / n_ep of its copies stay on "
+         "NVLink (not 7/8), (n_ep - 8) / n_ep leave on the card."),
+        (lambda a: _close(a, ref * matmuls / other),
+         f"this expert has {matmuls} matmuls, {2 * matmuls} D F FLOPs per routed copy: "
+         f"F* = C T(s) / {matmuls}."),
         (lambda a: _close(a, ref * 2), "2x too large: dispatch and combine are 2 all-to-alls, "
-                                       "against 2 matmuls of 2 D F FLOPs each per copy."),
+                                       "each moving a copy's D s bytes once."),
         (lambda a: _close(a, ref / 2), "2x too small: count both all-to-alls (dispatch and "
                                        "combine) of D s bytes per routed copy."),
     ]
@@ -325,17 +405,19 @@ def _ex7_hints(chip, n_ep):
 register(VariedNumericExercise(
     id="11.7", title="Expert width for all-to-alls across H100 nodes", unit="elements of F",
     rtol=0.02,
-    params={"chip": "gpu-h100", "n_ep": 32},
-    choose={"chip": ("gpu-a100", "gpu-h100", "gpu-b200"), "n_ep": (16, 24, 32, 48, 128)},
+    params={"chip": "gpu-h100", "n_ep": 32, "matmuls": 3},
+    choose={"chip": ("gpu-a100", "gpu-h100", "gpu-b200"), "n_ep": (16, 24, 32, 48, 128),
+            "matmuls": (2, 3)},
     solve=_ex7, hints_for=_ex7_hints,
-    describe=lambda chip, n_ep: {"chip_name": _name(chip), "nodes": n_ep // 8},
+    describe=lambda chip, n_ep, matmuls: {"chip_name": _name(chip), "nodes": n_ep // 8,
+                                          "mm_text": _MM_TEXT[matmuls]},
     variant_title="Expert width for all-to-alls across {chip_name} nodes",
     statement="An MoE layer's experts are split over {n_ep} {chip_name} GPUs in {nodes} "
               "nodes of 8. Each routed copy of a token goes to its expert's GPU in the "
               "dispatch all-to-all and back in the combine, over NVLink when that GPU is "
               "in the same node and on the GPU's card otherwise, the two parts one after "
               "the other, bf16. Above what expert width $F$ do the two all-to-alls hide "
-              "behind the expert's two matmuls (4 D F FLOPs per copy, forward)?",
+              "behind the expert's {mm_text}?",
 ))
 
 
@@ -361,6 +443,14 @@ def _ex8_hints(model, pp, dp, dtype):
          "pipeline pp ways."),
         (lambda a: _close(a, ref * h.dcn_bandwidth / h.ici_bandwidth),
          "the data-parallel peers are in other nodes: the card's dcn_bandwidth, not NVLink."),
+        (lambda a: _close(a, ref / dp),
+         f"the reduce-scatter's input is the GPU's whole shard, 1 / (8 pp) of the "
+         f"parameters (TP and the stages split them); the {dp} data-parallel ranks hold "
+         f"copies of it, so do not divide by them too (its output is 1/{dp} of it)."),
+        (lambda a: _close(a, ref * 2 ** 30 / 1e9, 0.005)
+         or _close(a, ref * 1e9 / 2 ** 30, 0.005),
+         "off by 2**30 / 1e9 = 1.074: the shard's bytes and the card's bandwidth are both "
+         "decimal (1 GB = 1e9 bytes); do not convert one of them to GiB."),
     ]
 
 
@@ -369,9 +459,9 @@ register(VariedNumericExercise(
     params={"model": "llama3-405b", "pp": 16, "dp": 128, "dtype": "fp32"},
     choose={"model": ("llama3-70b", "llama3-405b"), "pp": (4, 8, 16),
             "dp": (16, 32, 64, 128), "dtype": ("bf16", "fp32")},
-    solve=_ex8, hints_for=_ex8_hints,
-    describe=lambda model, pp, dp, dtype: {"model_name": "LLaMA-3 " + model.split("-")[1]
-                                           .upper(), "n": 8 * pp * dp,
+    solve=_ex8, hints_for=_ex8_hints, ring=lambda model, pp, dp, dtype: dp,
+    describe=lambda model, pp, dp, dtype: {"model_name": _model_name(model),
+                                           "n": 8 * pp * dp,
                                            "bytes": _DTYPE_BYTES[dtype]},
     statement="{model_name} trains on {n:,} H100s: TP 8 inside each node, {pp} pipeline "
               "stages, and {dp} data-parallel ranks whose peers sit in other nodes. Once "
@@ -433,6 +523,8 @@ def _variant(**slip):
             t = nv + 2 * (m - 1) / m * nbytes / slow
         elif slip.get("no_nvlink"):
             t = nic
+        elif slip.get("one_nvlink"):
+            t = nv / 2 + nic
         elif slip.get("flat"):
             t = 2 * (g * m - 1) / (g * m) * nbytes / slow
         else:
@@ -455,6 +547,9 @@ register(CodeExercise(
                                   "it holds after the node's reduce-scatter."),
         (_variant(no_nvlink=True), "add the reduce-scatter and the all-gather inside the node "
                                    "over NVLink (the chip's ici_bandwidth)."),
+        (_variant(one_nvlink=True), "count both NVLink phases: the reduce-scatter before the "
+                                    "cards and the all-gather after them, (local - 1) / local "
+                                    "x nbytes / ici_bandwidth each."),
         (_variant(flat=True), "that is one flat ring on the cards; reduce inside the node "
                               "first."),
     ],
@@ -467,8 +562,9 @@ def _waves_ref(B, F, sms, tile_b, tile_f):
     return ci.wave_quantization(B, F, chip, tile=(tile_b, tile_f)).efficiency
 
 
-# The first case tells floor from ceil (B and F not multiples of the tile) and has a
-# partial last wave; the others vary the tiles and the SM count.
+# The first case tells floor from ceil (B and F not multiples of the tile: floor gives
+# 1 x 3 = 3 tiles, ceil 2 x 4 = 8), all in one wave that leaves most SMs idle; the fourth
+# has a partial last wave (192 tiles on 148 SMs); the others vary the tiles and the SMs.
 _CASES_11 = [(200, 1000, 132, 128, 256), (4096, 28672, 132, 128, 256),
              (64, 8192, 108, 64, 128), (1000, 3000, 148, 128, 128),
              (8192, 8192, 132, 256, 128)]
@@ -492,7 +588,7 @@ def _eff_with(got, args, floor=False, waves=True):
 
 register(CodeExercise(
     id="11.11", title="Waves of tiles, in code", reference=_waves_ref, cases=_CASES_11,
-    generate=_draw_11, rtol=1e-9,
+    generate=_draw_11, rtol=1e-9, unit="fraction",
     describe=lambda B, F, sms, tb, tf: f"B={B}, F={F}, sms={sms}, tile=({tb}, {tf})",
     hints=[
         (lambda got, want, args: _num(got) is None, "return the share as a number."),
@@ -507,7 +603,7 @@ register(CodeExercise(
 ))
 
 
-# 11.12 the hierarchical all-reduce in shard_map ------------------------------------------
+# 11.12 a hierarchical reduce-scatter in shard_map ---------------------------------------
 def _P(*entries):
     from jax.sharding import PartitionSpec
     return PartitionSpec(*entries)
@@ -516,8 +612,8 @@ def _P(*entries):
 def _build_12(answer, case, mesh):
     import jax
     from jax.sharding import NamedSharding
-    R, C = case
-    (g,) = mesh_inputs([(8 * R, C)], seed=R * 31 + C)
+    rows, cols = case
+    (g,) = mesh_inputs([(8 * rows, cols)], seed=rows * 31 + cols)
     spec = _P(("node", "gpu"))
     x = jax.device_put(g, NamedSharding(mesh, spec))
     fn = jax.jit(jax.shard_map(returns_something(answer), mesh=mesh, in_specs=spec,
@@ -527,66 +623,116 @@ def _build_12(answer, case, mesh):
 
 def _expected_12(case, x):
     import numpy as np
-    R, C = case
-    total = np.asarray(x).reshape(8, R, C).sum(axis=0)
-    return np.tile(total, (8, 1))
+    rows, cols = case
+    return np.asarray(x).reshape(8, rows, cols).sum(axis=0)
+
+
+def _numbers_12(got, want, case):
+    """The right sums in the wrong places: device (node i, gpu j) holding chunk 2 j + i
+    (a tiled scatter over "gpu", then over "node") where the out spec wants 4 i + j."""
+    import numpy as np
+    rows, cols = case
+    k = rows // 8
+    if got.shape != want.shape or rows % 8:
+        return None
+    swapped = want.reshape(4, 2, k, cols).transpose(1, 0, 2, 3).reshape(rows, cols)
+    if np.allclose(got, swapped, rtol=1e-5, atol=1e-5 * float(np.abs(want).max() or 1)):
+        return ("the right sums in the wrong places. Scattering the rows over 'gpu' and "
+                "then over 'node' leaves device (node i, gpu j) chunk 2 j + i of the "
+                "result; the out spec P(('node', 'gpu')) wants chunk 4 i + j there. View "
+                "the block as [2, 4, rows / 8, cols] (chunk 4 i + j at [i, j]): scatter "
+                "dimension 1 over 'gpu', then dimension 0 over 'node'.")
+    return None
 
 
 def _collectives_12(records, case):
-    R, C = case
-    block = R * C * 4
+    rows, cols = case
+    block = rows * cols * 4
     kinds = [r.kind for r in records]
-    if kinds == ["all-reduce"] and records[0].group_size == 8:
-        return ("that is the flat all-reduce over all 8 devices: its every byte crosses "
-                "the nodes' cards; reduce-scatter over 'gpu' first, all-reduce over 'node', "
-                "all-gather over 'gpu'")
-    if [r.group_size for r in records if r.kind == "all-reduce"] == [4, 2] or \
-            kinds == ["all-reduce", "all-reduce"]:
-        return ("the all-reduce over 'node' acts on the whole block; reduce-scatter over "
-                "'gpu' first, so that between nodes each device sends 1/4 of it")
-    if kinds != ["reduce-scatter", "all-reduce", "all-gather"]:
-        return ("expected a reduce-scatter over 'gpu', an all-reduce over 'node' and an "
-                "all-gather over 'gpu', in that order")
-    rs, ar, ag = records
-    if (rs.group_size, ar.group_size, ag.group_size) != (4, 2, 4):
-        return ("the reduce-scatter and all-gather run over the 4 devices of 'gpu' (a "
-                "node), the all-reduce over the 2 of 'node'")
-    if not math.isclose(ar.bytes_per_device, coll.ring_bytes("all-reduce", block / 4, 2)):
-        return "the all-reduce between nodes should act on the [R/4, C] block of one device"
+    if kinds == ["reduce-scatter"] and records[0].group_size == 8:
+        return ("that is one flat reduce-scatter over all 8 devices, 4/8 of whose ring steps "
+                "cross the nodes' cards with the whole block's chunks; reduce-scatter over "
+                "'gpu' first (NVLink), then over 'node' on the quarter each device holds")
+    if "all-reduce" in kinds:
+        return ("an all-reduce sends twice the bytes of a reduce-scatter and leaves every "
+                "device the whole sum; scatter instead: over 'gpu', then over 'node'")
+    if kinds != ["reduce-scatter", "reduce-scatter"]:
+        return ("expected a reduce-scatter over 'gpu' and then a reduce-scatter over "
+                "'node'")
+    first, second = records
+    if (first.group_size, second.group_size) == (2, 4):
+        return ("the reduce-scatter over 'node' comes first and acts on the whole block: "
+                "the cards carry 4x the bytes they need; scatter over 'gpu' (NVLink) first, "
+                "then over 'node' on the quarter each device holds")
+    if (first.group_size, second.group_size) != (4, 2):
+        return ("the first reduce-scatter runs over the 4 devices of 'gpu' (a node), the "
+                "second over the 2 of 'node'")
+    if not (math.isclose(first.bytes_per_device, coll.ring_bytes("reduce-scatter", block, 4))
+            and math.isclose(second.bytes_per_device,
+                             coll.ring_bytes("reduce-scatter", block / 4, 2))):
+        return ("the first reduce-scatter should act on the whole block and the second on "
+                "the quarter of it the first leaves each device")
     return None
 
 
 register(MeshProgramExercise(
-    id="11.12", title="The hierarchical all-reduce in shard_map", build=_build_12,
-    expected=_expected_12, collectives_ok=_collectives_12,
-    cases=[(8, 16), (16, 8), (4, 32)], mesh_shape=MESH_SHAPE, mesh_axes=MESH_AXES,
-    describe=lambda R, C: f"a [{R}, {C}] block per device",
-    error_hints=[("not divisible", "psum_scatter with tiled=True cuts the block's first "
-                                   "dimension into 4 (scatter_dimension=0).")],
+    id="11.12", title="A hierarchical reduce-scatter in shard_map", build=_build_12,
+    expected=_expected_12, collectives_ok=_collectives_12, numbers_hint=_numbers_12,
+    cases=[(16, 16), (32, 8), (8, 32)], mesh_shape=MESH_SHAPE, mesh_axes=MESH_AXES,
+    describe=lambda rows, cols: f"a [{rows}, {cols}] block per device",
+    error_hints=[("must match shard count",
+                  "psum_scatter without tiled=True needs the scattered dimension to have "
+                  "exactly as many entries as the axis has devices (4 on 'gpu', 2 on "
+                  "'node'), and drops it: reshape the block so that it does, e.g. to "
+                  "[2, 4, rows / 8, cols], or pass tiled=True to cut a dimension into equal "
+                  "pieces."),
+                 ("not divisible", "psum_scatter with tiled=True cuts the scattered "
+                                   "dimension into as many pieces as the axis has "
+                                   "devices.")],
 ))
 
 
-# 11.13 Mixtral's experts across nodes ----------------------------------------------------
+# 11.13 experts of Mixtral's shape across nodes ------------------------------------------
+_EP13 = {"chip": "gpu-h100", "n_ep": 64, "matmuls": 3}
+
+
 def _ex13():
     F = MIXTRAL_8X7B.dense.d_ff
-    return "compute" if F >= par.ep_critical_width("gpu-h100", 64) else "communication"
+    return "compute" if F >= par.ep_critical_width(**_EP13) else "communication"
 
 
 register(ChoiceExercise(
-    id="11.13", title="Mixtral's experts across H100 nodes",
+    id="11.13", title="Experts of Mixtral's shape across H100 nodes",
     choices=("compute", "communication"), reference=_ex13,
-    hints={"compute": "compare Mixtral's expert width F with F* for 64 H100s in 8 nodes "
-                      "(par.ep_critical_width): 7/8 of the copies leave the node on the "
-                      "cards."},
+    hints={"communication": "a gated expert does 3 matmuls per routed copy (6 D F FLOPs, "
+                            "forward), so F* = C T(s) / 3, not / 2; and of a GPU's copies "
+                            "only 56/64 leave the node on the card, 7/64 stay on NVLink. "
+                            "Then compare Mixtral's F with F*.",
+           "compute": "compare the expert's F with F* = C T(s) / 3 for 64 H100s in 8 "
+                      "nodes, T(s) the two-part all-to-all time of s bytes."},
 ))
 
 
 # 11.14 the XLA flag ----------------------------------------------------------------------
+_FLAGS = ("latency_hiding_scheduler", "all_gather_combine_threshold_bytes",
+          "command_buffer", "triton_gemm")
+_FULL = {"latency_hiding_scheduler": "xla_gpu_enable_latency_hiding_scheduler",
+         "all_gather_combine_threshold_bytes": "xla_gpu_all_gather_combine_threshold_bytes",
+         "command_buffer": "xla_gpu_enable_command_buffer",
+         "triton_gemm": "xla_gpu_enable_triton_gemm"}
+
 register(ChoiceExercise(
-    id="11.14", title="The XLA flag that overlaps collectives",
-    choices=("latency_hiding_scheduler", "command_buffer", "triton_gemm"),
+    id="11.14", title="The XLA flag for a gather that waits", choices=_FLAGS,
     reference=lambda: "latency_hiding_scheduler",
-    hints={"command_buffer": "command buffers (CUDA graphs) save kernel launch time; they "
+    aliases={**{full: short for short, full in _FULL.items()},
+             **{"enable_" + short: short for short in _FLAGS},
+             "latency_hiding": "latency_hiding_scheduler",
+             "xla_gpu_latency_hiding_scheduler": "latency_hiding_scheduler"},
+    hints={"all_gather_combine_threshold_bytes":
+           "combining merges small all-gathers into larger ones; these are already large, "
+           "and a combined gather still waits for the matmuls unless the scheduler moves "
+           "it.",
+           "command_buffer": "command buffers (CUDA graphs) save kernel launch time; they "
                              "do not move a collective to overlap a matmul.",
            "triton_gemm": "that flag chooses matmul kernels (Triton or cuBLAS); it does not "
                           "schedule collectives."},

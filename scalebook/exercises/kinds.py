@@ -404,20 +404,45 @@ class VariedNumericExercise(NumericExercise):
         return self.variant_title.format(**self.params, **extra)
 
 
+def _spelling(text: str) -> str:
+    """A choice as typed, reduced to its words: lower case, leading dashes dropped, and
+    spaces, hyphens and underscores all one underscore ("--Latency-hiding scheduler" ->
+    "latency_hiding_scheduler")."""
+    return re.sub(r"[\s_-]+", "_", text.strip().lower()).strip("_")
+
+
 @dataclass
 class ChoiceExercise(Exercise):
-    """An answer that is one of a few words, e.g. "compute" or "memory"."""
+    """An answer that is one of a few words, e.g. "compute" or "memory".
+
+    A choice is recognised whatever its case, and with spaces, hyphens or underscores
+    between its words; ``aliases`` maps other accepted spellings (a flag's full name, say)
+    to the choice they mean."""
 
     choices: tuple = ()
     reference: Callable[[], str] = None
     hints: dict = field(default_factory=dict)   # wrong choice -> hint
+    aliases: dict = field(default_factory=dict)  # another spelling -> one of the choices
+
+    def choice_of(self, answer) -> str | None:
+        """The choice ``answer`` spells, or None."""
+        if not isinstance(answer, str):
+            return None
+        words = _spelling(answer)
+        for c in self.choices:
+            if words == _spelling(c):
+                return c
+        for other, c in self.aliases.items():
+            if words == _spelling(other):
+                return c
+        return None
 
     def evaluate(self, answer) -> Result:
         if answer is Ellipsis:
             return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
-        if not isinstance(answer, str) or answer.strip().lower() not in self.choices:
+        a = self.choice_of(answer)
+        if a is None:
             return self._result(WRONG, f"answer with one of {', '.join(map(repr, self.choices))}; got {answer!r:.60}.")
-        a = answer.strip().lower()
         if a == self.reference():
             return self._result(CORRECT, "correct.")
         return self._result(WRONG, "not yet: " + self.hints.get(a, "think again about which time is largest."))
@@ -569,6 +594,8 @@ class MeshProgramExercise(Exercise):
     mesh_axes: tuple = ("x", "y")
     answer_args: Callable | None = None     # case -> args, when the answer is data
     program_ok: Callable | None = None      # (StableHLO text, case): raises if its form is wrong
+    # (result, expected, case) -> what is wrong with numbers that differ, or None
+    numbers_hint: Callable | None = None
 
     def _label(self, case) -> str:
         return self.describe(*case) if self.describe else repr(case)
@@ -593,9 +620,18 @@ class MeshProgramExercise(Exercise):
         want = np.asarray(self.expected(case, *args))
         if got.shape != want.shape:
             return self._result(WRONG, f"not yet: for {label} the result has shape "
-                                       f"{got.shape}, expected {want.shape}.")
+                                       f"{got.shape}, expected {want.shape} (the whole "
+                                       f"array: every device's block put together).")
         if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
-            return self._result(WRONG, f"not yet: wrong numbers for {label}.")
+            extra = None
+            if self.numbers_hint is not None:
+                try:
+                    extra = self.numbers_hint(got, want, case)
+                except Exception as e:       # a bug in the check, not the answer
+                    if strict_checks():
+                        raise HintError(f"numbers_hint raised {type(e).__name__}: {e}") from e
+            return self._result(WRONG, f"not yet: wrong numbers for {label}"
+                                       + (f": {extra}" if extra else "."))
         records = hlo.collectives(compiled)
         problem = self.collectives_ok(records, case)
         if problem:
