@@ -24,6 +24,8 @@ The tests keep every program XLA compiles in JAX's persistent compilation cache,
 ``_build/jax-cache``, so a second run compiles little (SCALEBOOK_JAX_CACHE=0: no cache).
 ``bench`` options: ``--rounds N`` (3), ``--only PATTERN`` (notebooks whose path matches),
 ``--no-suite`` (skip timing the test suite), ``--suite quick|full|all`` (which tiers: all).
+After the timings ``bench`` prints the exercises' slip battery: how many typical
+slips get a hint that names them (tests/exercise_harness.py).
 """
 
 from __future__ import annotations
@@ -378,6 +380,21 @@ def time_suite(which: str = "all", run=subprocess.run) -> list[tuple]:
     return out
 
 
+def slip_battery_report(root: Path = ROOT) -> str | None:
+    """The slip battery's tables (every numeric exercise's typical slips and the share
+    of messages that name them: tests/exercise_harness.py), or None with a note if it
+    fails."""
+    sys.path.insert(0, str(root / "tests"))
+    try:
+        from exercise_harness import battery_report
+        return battery_report()
+    except Exception as e:  # the bench's timings stand without it
+        _say(f"slip battery not run: {type(e).__name__}: {e}")
+        return None
+    finally:
+        sys.path.remove(str(root / "tests"))
+
+
 def _bench_in_venv(opts: argparse.Namespace) -> int:
     paths = bench_notebooks(opts.only)
     if not paths:
@@ -416,6 +433,10 @@ def _bench_in_venv(opts: argparse.Namespace) -> int:
         print("\n### Test suite by part: one pytest process each, with pyproject's options "
               "(xdist on); CPU s is user + system time of the process and its children\n")
         print(suite_table(suite))
+    battery = slip_battery_report()
+    if battery:
+        print("\n### Exercise hints: the slip battery (tests/exercise_harness.py)\n")
+        print("```\n" + battery + "\n```")
     if changed:  # nothing here writes them; someone else did meanwhile
         print("\nnote: these notebooks changed on disk during the run (not by bench): "
               + ", ".join(p.relative_to(ROOT).as_posix() for p in changed))

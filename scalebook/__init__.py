@@ -7,9 +7,12 @@ Modules (chapter that derives them)::
 
   hardware        chip specifications with a source per figure: get_chip, all_chips, spec_table (2)
   roofline        the three clocks and their bounds; matmul FLOPs/bytes/intensity (1)
-  chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2)
-  topology        between chips: torus hops, slices, bisection, transfer time (2)
-  collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3)
+  chip_internals  inside a TPU chip: systolic array, MXU count and padding, pipelining (2);
+                  inside a GPU: SM peaks, waves of tiles (11)
+  topology        between chips: torus hops, slices, bisection, transfer time (2);
+                  GPU clusters: fat trees, rail-optimised scalable units (11)
+  collectives     collective cost formulas: ring bytes per device, time on ring/torus axes (3);
+                  in-switch reduction, the hierarchical collective across GPU nodes (11)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
   profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
   models          LLaMA-3 configurations and transformer arithmetic (4)
@@ -20,9 +23,11 @@ Modules (chapter that derives them)::
   training        the training planner: plan_training, InfeasiblePlan, MFU from reports (6)
   serving         the serving planner: slice, batch, step time, tokens/s/chip, $/Mtok, Pareto (8)
   mesh            notebook set-up (8 simulated devices) and meshes: setup, make_mesh
+  multihost       several JAX processes on one machine: jax.distributed on CPU (10)
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
                   a LLaMA-3 layer in auto/explicit/manual mode (10)
-  measure         timing on this machine: measured matmul and bandwidth rooflines (1)
+  measure         timing on this machine: measured matmul and bandwidth rooflines (1);
+                  GPU measurements stored by tools/gpu_measure.py (11)
   plots           the book's figures: chip colours, roofline plots
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
   exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
@@ -73,6 +78,7 @@ Formula or task -> function::
   collectives of a lowered program, abstract mesh  sharding.lowered_collectives / record_time
   collective matmul and its overlapped time       sharding.collective_matmul / collective_matmul_times
   LLaMA-3 layer sharded for training and decode   sharding.layer_specs / layer_structs / layer_fn
+  a multi-process run (jax.distributed) on CPU    multihost.run_local / worker
   collective latency, latency-bound buffer size   collectives.latency_steps / latency_bound_bytes
   decode critical batch B* = C s_w / 2 W_hbm      inference.decode_critical_batch
   attention FLOPs/bytes, fused vs naive           inference.attention_cost (AttentionCost)
@@ -102,6 +108,12 @@ Formula or task -> function::
   chips, sharding, days, cost of a training run  training.plan_training (TrainingPlan) / search_plans
   a training step pass by pass, its parts, bound  training.evaluate_plan / TrainingPlan.breakdown
   MFU from throughput or reported GPU-hours      training.mfu_from_throughput / mfu_from_gpu_hours
+  GPU peak = SMs x FLOPs/SM/clock x clock         chip_internals.sm_peak_flops / sm_vector_flops / implied_sm_clock
+  output tiles in waves over the SMs              chip_internals.wave_quantization (Waves)
+  all-reduce reduced in the NVSwitch (SHARP)      collectives.collective_time(..., sharp=True)
+  a collective across GPU nodes, by phase         collectives.hierarchical_time / hierarchical_phases (Phase)
+  fat-tree size, one rail-optimised unit          topology.fat_tree_endpoints / scalable_unit (ScalableUnit)
+  DP tokens per shard across nodes, EP width F*   parallelism.hierarchical_dp_critical_batch / ep_critical_width
 """
 
 from .mesh import make_mesh, setup

@@ -17,6 +17,15 @@ Chapter 2 of the book derives each formula here in the open; later chapters impo
 * :func:`pipelined_time`: the time of ``n`` load-then-compute steps when the load of
   step ``i + 1`` overlaps the compute of step ``i`` (HBM -> VMEM -> MXU pipelining).
 
+Inside a GPU (chapter 11):
+
+* :func:`sm_peak_flops`: SMs x dense FLOPs per SM per clock x clock (the datasheet's
+  tensor peak); :func:`sm_vector_flops`: SMs x CUDA cores x 2 x boost clock (its FP32 peak).
+* :func:`implied_sm_clock`: the clock a GPU's peak implies for a given per-SM rate (for a
+  GPU whose clock is unpublished, the B200).
+* :func:`wave_quantization`: how a matmul's output tiles fill the SMs in waves, and the
+  share of the SMs' time that does useful work.
+
 Units: seconds, FLOP/s.
 """
 
@@ -34,7 +43,8 @@ from .units import check_nonnegative, check_positive_int
 __all__ = [
     "SystolicRun", "systolic_matmul", "systolic_cycles", "mxu_padding_efficiency", "mxu_count",
     "mxu_peak_flops", "pipelined_time", "implied_clock", "MXUOperation", "mxu_operation",
-    "weight_stream_batch", "MXU_OP_ROWS",
+    "weight_stream_batch", "MXU_OP_ROWS", "sm_peak_flops", "sm_vector_flops",
+    "implied_sm_clock", "Waves", "wave_quantization",
 ]
 
 # Rows of activations one MXU operation takes: an MXU multiplies X[8, q] by its loaded
@@ -228,3 +238,85 @@ def weight_stream_batch(chip, bandwidth: float, weight_bytes_per_element: float 
         raise ValueError("bandwidth must be positive")
     sw = check_nonnegative("weight_bytes_per_element", weight_bytes_per_element)
     return sw * c.peak_flops(dtype) / (2 * W)
+
+
+# ------------------------------------------------------------------------------------------
+# inside a GPU (chapter 11)
+# ------------------------------------------------------------------------------------------
+
+def _gpu_figure(c, field: str):
+    value = getattr(c, field)
+    if value is None:
+        raise ValueError(f"{c.name} has no {field} in scalebook.hardware (NVIDIA publishes "
+                         f"none, or it is not a GPU); give one with "
+                         f"get_chip({c.name!r}).with_({field}=...)")
+    return value
+
+
+def sm_peak_flops(chip) -> float:
+    """Dense bf16 FLOP/s from the SMs: ``sm_count x tensor_flops_per_sm_clock x
+    tensor_clock``. Equals the datasheet's ``bf16_flops`` to rounding on the A100, H100
+    and H200."""
+    c = get_chip(chip)
+    return (_gpu_figure(c, "sm_count") * _gpu_figure(c, "tensor_flops_per_sm_clock")
+            * _gpu_figure(c, "tensor_clock"))
+
+
+def sm_vector_flops(chip) -> float:
+    """FP32 FLOP/s of the CUDA cores: ``sm_count x cuda_cores_per_sm x 2 x boost_clock``
+    (a fused multiply-add per core per clock counts as 2 FLOPs)."""
+    c = get_chip(chip)
+    return (_gpu_figure(c, "sm_count") * _gpu_figure(c, "cuda_cores_per_sm") * 2
+            * _gpu_figure(c, "boost_clock"))
+
+
+def implied_sm_clock(chip, flops_per_sm_clock: float, dtype: str = "bf16") -> float:
+    """Hz at which ``sm_count`` SMs, each doing ``flops_per_sm_clock`` dense FLOPs per
+    clock, reach the chip's published ``dtype`` peak: ``peak / (SMs x rate)``."""
+    c = get_chip(chip)
+    rate = check_nonnegative("flops_per_sm_clock", flops_per_sm_clock)
+    if rate == 0:
+        raise ValueError("flops_per_sm_clock must be positive")
+    return c.peak_flops(dtype) / (_gpu_figure(c, "sm_count") * rate)
+
+
+@dataclass(frozen=True)
+class Waves:
+    """Result of :func:`wave_quantization`: ``tiles`` output tiles, run ``sms`` at a time in
+    ``waves`` waves; ``efficiency`` = tiles / (waves x sms), the share of the SMs' tile
+    slots that compute a tile (the last wave leaves SMs idle). ``useful`` also counts the
+    padding inside the tiles: B F / (waves x sms x t_B t_F), the share of the SMs' time
+    spent on real output elements (a B = 64 batch fills half of each 128-row tile)."""
+
+    tiles: int
+    sms: int
+    waves: int
+    elements: int = 0           # B F, the output's real elements
+    tile_elements: int = 0      # t_B t_F
+
+    @property
+    def efficiency(self) -> float:
+        return self.tiles / (self.waves * self.sms)
+
+    @property
+    def useful(self) -> float:
+        if not self.tile_elements:
+            raise ValueError("useful needs the output and tile sizes: use wave_quantization")
+        return self.elements / (self.waves * self.sms * self.tile_elements)
+
+
+def wave_quantization(B: int, F: int, chip, tile=(128, 256)) -> Waves:
+    """How the output ``Z[B, F]`` of a matmul, cut into ``tile = (t_B, t_F)`` tiles (one SM
+    computes one tile at a time, the whole contraction), fills the chip's SMs: tiles =
+    ceil(B / t_B) ceil(F / t_F), waves = ceil(tiles / SMs). 128 x 256 is a common Hopper
+    tile; a kernel library chooses among several."""
+    c = get_chip(chip)
+    B = check_positive_int("B", B)
+    F = check_positive_int("F", F)
+    if not isinstance(tile, (tuple, list)) or len(tile) != 2:
+        raise ValueError(f"tile must be a pair (t_B, t_F); got {tile!r}")
+    tb, tf = (check_positive_int("tile side", t) for t in tile)
+    sms = _gpu_figure(c, "sm_count")
+    tiles = math.ceil(B / tb) * math.ceil(F / tf)
+    return Waves(tiles=tiles, sms=sms, waves=math.ceil(tiles / sms), elements=B * F,
+                 tile_elements=tb * tf)

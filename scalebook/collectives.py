@@ -24,6 +24,19 @@ switch and refuses a group larger than the NVLink domain (the scale-out network 
 time that part with ``bandwidth=chip.dcn_bandwidth``). An axis of two chips has one link
 between them, so a "torus" of 2 does not halve the time: it equals the ring of 2.
 
+In-switch reduction (chapter 11): an NVSwitch of the Hopper generation or later can add the
+GPUs' arrays itself (NVLink SHARP, "NVLS"). ``collective_time("all-reduce", ...,
+sharp=True)`` on a switch: each GPU sends (n - 1)/n of its array into the switch to be
+reduced, then its own reduced 1/n once, to be multicast: B bytes out and B in, T = B / W,
+where the ring's 2 (n - 1)/n B / W was (1.75x as long for n = 8).
+
+Across nodes (chapter 11): :func:`hierarchical_time` is the one model of a collective over
+a group that spans several GPU nodes, ``local`` GPUs in each of ``nodes`` nodes: the part
+inside each node over NVLink, the part between nodes on each GPU's own network card (a
+rail-optimised fat tree, modelled as a switch: every NIC reaches every other at its full
+``dcn_bandwidth``). :func:`hierarchical_phases` lists the phases. The training and serving
+planners time every collective that leaves a node with it.
+
 Latency (chapters 3 and 7): every step of a ring algorithm waits for a message to cross one hop,
 ``t_hop`` seconds, however small the message. :func:`collective_time` adds
 ``steps x hop_latency`` when given ``hop_latency=`` (default 0, the pure bandwidth model of
@@ -34,13 +47,15 @@ term is the larger one.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .hardware import get_chip
 from .units import check_nonnegative, check_positive, check_positive_int
 
 __all__ = ["KINDS", "TOPOLOGIES", "ASSUMED_HOP_LATENCY", "ring_bytes", "collective_time",
            "links_per_device",
-           "latency_steps", "latency_bound_bytes", "is_switched"]
+           "latency_steps", "latency_bound_bytes", "is_switched", "Phase",
+           "hierarchical_phases", "hierarchical_time"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("ring", "torus", "switch")
@@ -117,7 +132,8 @@ def links_per_device(topology: str, axis_size: int | None = None) -> int:
 
 
 def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: float | None = None,
-                    topology: str | None = None, hop_latency: float = 0.0) -> float:
+                    topology: str | None = None, hop_latency: float = 0.0,
+                    sharp: bool = False) -> float:
     """Seconds for one collective over mesh ``axes`` with ring algorithms.
 
     ``nbytes`` is the per-device array defined in :func:`ring_bytes`. ``axes`` is the group
@@ -143,6 +159,9 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
     ``latency_steps(kind, axes, topology) x hop_latency``: the steps of the algorithm, each
     of which waits one hop whatever the message size. With the default every result is the
     bandwidth-only time above.
+
+    ``sharp=True`` (an all-reduce through a switch only): the switch reduces (NVLink SHARP),
+    T = nbytes / W, and two hops of latency (into the switch and back out).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -155,19 +174,30 @@ def collective_time(kind: str, nbytes: float, axes, chip=None, *, bandwidth: flo
         c = get_chip(chip)
         if topology == "switch":
             if c.ici_domain_chips is not None and n > c.ici_domain_chips:
+                d = c.ici_domain_chips
+                split = (f"{d}, {n // d}" if n % d == 0 else "local, nodes")
                 raise ValueError(
-                    f"{n} {c.name} GPUs span more than one NVLink domain of "
-                    f"{c.ici_domain_chips}; the part between nodes runs on the scale-out "
-                    f"network: time it with bandwidth=get_chip({c.name!r}).dcn_bandwidth "
-                    f"({c.dcn_bandwidth:.3g} bytes/s) and topology='ring'")
+                    f"{n} {c.name} GPUs span more than one NVLink domain of {d}; time a "
+                    f"group across nodes hierarchically (NVLink in each node, each GPU's "
+                    f"network card between nodes, dcn_bandwidth {c.dcn_bandwidth:.3g} "
+                    f"bytes/s): hierarchical_time({kind!r}, nbytes, {split}, "
+                    f"{c.name!r})")
             bandwidth = c.ici_bandwidth
         else:
             bandwidth = c.ici_link_bandwidth
     W = check_positive("bandwidth (bytes/s)", bandwidth)
     nbytes = check_nonnegative("nbytes", nbytes)
     t_hop = check_nonnegative("hop_latency (seconds per hop)", hop_latency)
+    if not isinstance(sharp, bool):
+        raise ValueError(f"sharp must be True or False; got {sharp!r}")
+    if sharp and (kind != "all-reduce" or topology != "switch"):
+        raise ValueError(f"sharp=True models an all-reduce reduced inside a switch (NVLink "
+                         f"SHARP); got kind={kind!r} on a {topology}: an all-gather or "
+                         f"reduce-scatter sends the same bytes either way")
     if n == 1:
         return 0.0
+    if sharp:
+        return nbytes / W + 2 * t_hop
     latency = latency_steps(kind, sizes, topology) * t_hop if t_hop else 0.0
     if topology == "switch":
         return ring_bytes(kind, nbytes, n) / W + latency
@@ -242,3 +272,124 @@ def latency_bound_bytes(kind: str, axes, chip=None, *, hop_latency: float,
     per_byte = collective_time(kind, 1.0, sizes, chip, bandwidth=bandwidth, topology=topology)
     return latency_steps(kind, sizes, topology) * t_hop / per_byte
 
+
+
+# ------------------------------------------------------------------------------------------
+# across nodes: the hierarchical collective (chapter 11)
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a hierarchical collective: ``kind`` over ``group`` devices on
+    ``network`` ("nvlink" inside a node, "nic" between nodes), each device sending
+    ``sent`` bytes, taking ``seconds`` (bandwidth only)."""
+
+    network: str
+    kind: str
+    group: int
+    sent: float
+    seconds: float
+
+
+def _bandwidths(chip, fast_bandwidth, slow_bandwidth, local):
+    c = get_chip(chip) if chip is not None else None
+    if fast_bandwidth is None:
+        if c is None:
+            raise ValueError("give a chip (e.g. 'gpu-h100') or fast_bandwidth= and "
+                             "slow_bandwidth= in bytes/s")
+        fast_bandwidth = c.ici_bandwidth
+    if slow_bandwidth is None:
+        if c is None or c.dcn_bandwidth is None:
+            name = c.name if c is not None else "this chip"
+            raise ValueError(f"{name} has no dcn_bandwidth: give slow_bandwidth= (each "
+                             f"GPU's network card, bytes/s) or a chip with one")
+        slow_bandwidth = c.dcn_bandwidth
+    if c is not None and c.ici_domain_chips is not None and local > c.ici_domain_chips:
+        raise ValueError(f"local={local} GPUs per node is more than the {c.ici_domain_chips} "
+                         f"of one {c.name} NVLink domain")
+    return (check_positive("fast_bandwidth (bytes/s)", fast_bandwidth),
+            check_positive("slow_bandwidth (bytes/s)", slow_bandwidth))
+
+
+def hierarchical_phases(kind: str, nbytes: float, local: int, nodes: int, chip=None, *,
+                        fast_bandwidth: float | None = None,
+                        slow_bandwidth: float | None = None) -> list[Phase]:
+    """The phases of one collective over ``local`` x ``nodes`` GPUs: ``local`` in each of
+    ``nodes`` nodes, ``nbytes`` per GPU as in :func:`ring_bytes`.
+
+    Inside a node the NVSwitch gives each GPU ``fast_bandwidth`` (default: all its NVLinks,
+    ``chip.ici_bandwidth``); between nodes each GPU sends on its own NIC at
+    ``slow_bandwidth`` (default ``chip.dcn_bandwidth``) through a non-blocking fat tree.
+
+    * all-reduce: reduce-scatter in the node (nbytes over ``local``), all-reduce between
+      nodes of the 1/local each GPU now holds (each GPU with the GPUs of the same rank in the
+      other nodes), all-gather in the node;
+    * reduce-scatter: in the node, then between nodes on nbytes / local;
+    * all-gather: between nodes on nbytes / local, then in the node;
+    * all-to-all: no levels: each GPU sends (local - 1)/n of its nbytes to the other GPUs
+      of its node over NVLink and (n - local)/n to the other nodes on its NIC.
+
+    A collective-permute is point to point, not hierarchical: time it with
+    :func:`collective_time` on the network its pair uses."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if kind == "collective-permute":
+        raise ValueError("a collective-permute sends to one peer; it has no levels: time it "
+                         "with collective_time on the network between the pair")
+    B = check_nonnegative("nbytes", nbytes)
+    g = check_positive_int("local (GPUs of the group in each node)", local)
+    m = check_positive_int("nodes (nodes the group spans)", nodes)
+    fast, slow = _bandwidths(chip, fast_bandwidth, slow_bandwidth, g)
+
+    def phase(network, k, size, b):
+        W = fast if network == "nvlink" else slow
+        sent = ring_bytes(k, b, size)
+        return Phase(network, k, size, sent, sent / W)
+
+    n = g * m
+    if kind == "all-to-all":
+        return [Phase("nvlink", kind, g, B * (g - 1) / n, B * (g - 1) / n / fast),
+                Phase("nic", kind, m, B * (n - g) / n, B * (n - g) / n / slow)]
+    if kind == "all-reduce":
+        return [phase("nvlink", "reduce-scatter", g, B), phase("nic", "all-reduce", m, B / g),
+                phase("nvlink", "all-gather", g, B)]
+    if kind == "reduce-scatter":
+        return [phase("nvlink", kind, g, B), phase("nic", kind, m, B / g)]
+    return [phase("nic", kind, m, B / g), phase("nvlink", kind, g, B)]
+
+
+def hierarchical_time(kind: str, nbytes: float, local: int, nodes: int, chip=None, *,
+                      fast_bandwidth: float | None = None, slow_bandwidth: float | None = None,
+                      pipelined: bool = False, hop_latency: float = 0.0) -> float:
+    """Seconds for one collective over ``local`` GPUs in each of ``nodes`` nodes (see
+    :func:`hierarchical_phases` for the phases and the bandwidths).
+
+    ``pipelined=False``: the phases run one after the other, T = sum of their times.
+    ``pipelined=True``: the array is cut into chunks that stream through the phases, so
+    NVLink and the NICs work at once and the busier network sets the pace: T = max(sum of
+    the NVLink phases, sum of the NIC phases). ``hop_latency`` adds the steps of each
+    phase (:func:`latency_steps`) times ``t_hop``: 2 (local - 1) + 2 (nodes - 1) for an
+    all-reduce, (local - 1) + (nodes - 1) for a gather or scatter, one per part for an
+    all-to-all.
+
+    By hand, an all-reduce of B bytes per GPU, W_f and W_s the two bandwidths::
+
+        T = (l-1)/l B/W_f  +  2(m-1)/m (B/l)/W_s  +  (l-1)/l B/W_f
+
+    so the NICs carry 1/l of what a flat ring over all l m GPUs would send on them."""
+    phases = hierarchical_phases(kind, nbytes, local, nodes, chip,
+                                 fast_bandwidth=fast_bandwidth, slow_bandwidth=slow_bandwidth)
+    if not isinstance(pipelined, bool):
+        raise ValueError(f"pipelined must be True or False; got {pipelined!r}")
+    t_hop = check_nonnegative("hop_latency (seconds per hop)", hop_latency)
+    if pipelined:
+        t = max(sum(p.seconds for p in phases if p.network == net) for net in ("nvlink", "nic"))
+    else:
+        t = sum(p.seconds for p in phases)
+    if t_hop:
+        if kind == "all-to-all":
+            steps = sum(1 for p in phases if p.sent > 0)
+        else:
+            steps = sum(latency_steps(p.kind, p.group, "switch") for p in phases)
+        t += steps * t_hop
+    return t

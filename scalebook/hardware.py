@@ -39,6 +39,28 @@ no MXU, so their MXU fields are ``None``):
   a TPU figure is derived (see :data:`DERIVED_FIGURES`, which says how and how sure) or
   ``None``.
 
+Inside an NVIDIA GPU (chapter 11; ``None`` on TPUs, and on a GPU where NVIDIA publishes
+no figure):
+
+* ``sm_count``: streaming multiprocessors (SMs) per GPU; ``tensor_cores_per_sm`` and
+  ``cuda_cores_per_sm``: the Tensor Cores and FP32 CUDA cores of one SM (an SM has four
+  sub-partitions, each with one warp scheduler, one Tensor Core and a quarter of the CUDA
+  cores and registers).
+* ``tensor_flops_per_sm_clock``: dense bf16 FLOPs one SM's Tensor Cores do per clock.
+* ``tensor_clock``: the clock (Hz) at which NVIDIA states the dense tensor peak;
+  ``boost_clock``: the highest SM clock, at which it states the FP32 ``vector_flops``. On
+  an H100 SXM the two differ (1.83 and 1.98 GHz): the tensor peak assumes the clock the
+  GPU holds within its power limit while its Tensor Cores are busy.
+* ``register_bytes_per_sm``, ``l1_bytes_per_sm`` (L1 data cache and shared memory
+  together), ``smem_bytes_per_sm`` (the most of it a kernel may use as shared memory),
+  ``l2_bytes`` (per GPU). On-chip memories are sized in powers of two and counted so here:
+  NVIDIA's "228 KB" of shared memory is 228 x 1024 bytes, as the device itself reports.
+
+So ``sm_count x tensor_flops_per_sm_clock x tensor_clock`` is the bf16 peak and
+``sm_count x cuda_cores_per_sm x 2 x boost_clock`` the FP32 vector peak (a fused
+multiply-add is two FLOPs); tests/test_hardware_gpu.py checks both products against the
+datasheet figures.
+
 Use :func:`get_chip` with a canonical name ("tpu-v5e", "gpu-h100", ...).
 """
 
@@ -48,11 +70,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .errors import UnknownNameError
-from .units import GiB, MiB
+from .units import GiB, KiB, MiB
 
 __all__ = ["Chip", "get_chip", "chip_names", "all_chips", "SOURCES", "spec_table",
            "SCALING_BOOK_DIFFERENCES", "DERIVED_FIGURES", "preview_chip",
-           "PREVIEW_CONFIDENCE"]
+           "PREVIEW_CONFIDENCE", "GPU_FIELDS", "DEVICE_REPORTED_HBM"]
 
 # Short keys for the sources cited below; the full references are in book/references.md.
 SOURCES = {
@@ -94,7 +116,44 @@ SOURCES = {
                       "https://docs.nvidia.com/dgx-basepod/",
     "mlperf-h200": "MLCommons Inference v4.1, NVIDIA system description H200-SXM-141GBx8 "
                    "(accelerator host interconnect: PCIe Gen5 x16)",
+    "nv-ampere-whitepaper": "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 "
+                            "SMs, 64 FP32 CUDA cores and 4 Tensor Cores per SM, 1,024 dense "
+                            "FP16 FMA per SM per clock, 1,410 MHz boost, 192 KB L1/shared "
+                            "per SM (up to 164 KB shared), 256 KB registers per SM, 40 MB L2, "
+                            "https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/"
+                            "nvidia-ampere-architecture-whitepaper.pdf",
+    "nv-hopper-whitepaper": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), "
+                            "table 3 (H100 SXM5: 132 SMs, 128 FP32 CUDA cores and 4 Tensor "
+                            "Cores per SM, twice the A100 SM's dense tensor rate per clock, "
+                            "256 KB L1/shared and 256 KB registers per SM, 50 MB L2; tensor "
+                            "peaks at 1.83 GHz, FP32/FP64 at 1.98 GHz, as summarised at "
+                            "https://glennklockwood.com/garden/processors/h100), "
+                            "https://resources.nvidia.com/en-us-tensor-core",
+    "nv-forum-tc-rate": "NVIDIA developer forum, 'How to calculate the Tensor Core FP16 "
+                        "performance of H100' (2023): 2,048 dense FP16 FLOPs per SM per clock "
+                        "on the A100 (1,024 FMA), 4,096 on Hopper, checked against the peaks, "
+                        "https://forums.developer.nvidia.com/t/"
+                        "how-to-calculate-the-tensor-core-fp16-performance-of-h100/244727",
+    "cuda-guide-cc": "NVIDIA CUDA C++ Programming Guide, technical specifications per compute "
+                     "capability: 64K 32-bit registers per SM; at most 164 KB (8.0), 228 KB "
+                     "(9.0, 10.0) of shared memory per SM, "
+                     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/",
+    "nv-h200-gh100": "NVIDIA H200 page (the H100 SXM's FP8 and BF16 peaks) with the H100 "
+                     "whitepaper's SXM5 configuration: the H200 is the same GH100 part with "
+                     "HBM3e; scaling-book's GPU table lists 132 SMs and 50 MB of L2 for both",
+    "nvidia-smi-h100": "nvidia-smi on an H100 80GB HBM3 (SXM) reports 81,559 MiB of total "
+                       "memory, as printed in many public logs",
+    "nv-gb200-nvl72": "NVIDIA GB200 NVL72, https://www.nvidia.com/en-us/data-center/gb200-nvl72/"
+                      " (72 GPUs in one NVLink domain, 130 TB/s of NVLink per rack, 186 GB of "
+                      "HBM3e per GPU, 8 TB/s, 360 PFLOPS of sparse BF16 per rack)",
+    "deepseekv3": "DeepSeek-AI, DeepSeek-V3 Technical Report (2024), section 3.2.2, "
+                  "https://arxiv.org/abs/2412.19437",
 }
+
+#: The fields of :class:`Chip` that describe the inside of an NVIDIA GPU (chapter 11).
+GPU_FIELDS = ("sm_count", "tensor_cores_per_sm", "cuda_cores_per_sm",
+              "tensor_flops_per_sm_clock", "tensor_clock", "boost_clock",
+              "register_bytes_per_sm", "l1_bytes_per_sm", "smem_bytes_per_sm", "l2_bytes")
 
 
 @dataclass(frozen=True)
@@ -124,6 +183,16 @@ class Chip:
     max_slice_chips: int | None = None
     vector_flops: float | None = None
     vmem_bandwidth: float | None = None
+    sm_count: int | None = None
+    tensor_cores_per_sm: int | None = None
+    cuda_cores_per_sm: int | None = None
+    tensor_flops_per_sm_clock: int | None = None
+    tensor_clock: float | None = None
+    boost_clock: float | None = None
+    register_bytes_per_sm: float | None = None
+    l1_bytes_per_sm: float | None = None
+    smem_bytes_per_sm: float | None = None
+    l2_bytes: float | None = None
     hbm_unit: str = "GB"
     notes: str = ""
     sources: dict = field(default_factory=dict, compare=False, repr=False)
@@ -276,11 +345,20 @@ _add(_chip(
     dcn_bandwidth=2.5e10, pcie_bandwidth=3.2e10, price_per_hour=None,
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=8, max_slice_chips=8, vector_flops=1.95e13,
+    sm_count=108, tensor_cores_per_sm=4, cuda_cores_per_sm=64, tensor_flops_per_sm_clock=2048,
+    tensor_clock=1.41e9, boost_clock=1.41e9, register_bytes_per_sm=256 * KiB,
+    l1_bytes_per_sm=192 * KiB, smem_bytes_per_sm=164 * KiB, l2_bytes=40 * MiB,
     sources=dict(bf16_flops="nv-a100", int8_flops="nv-a100", hbm_bytes="nv-a100",
                  hbm_bandwidth="nv-a100", ici_link_bandwidth="nv-a100", ici_links="nv-a100",
                  topology="nv-dgx-a100", dcn_bandwidth="nv-dgx-a100", pcie_bandwidth="nv-a100",
                  chips_per_host="nv-dgx-a100", ici_domain_chips="nv-dgx-a100",
-                 max_slice_chips="nv-dgx-a100", vector_flops="nv-a100"),
+                 max_slice_chips="nv-dgx-a100", vector_flops="nv-a100",
+                 sm_count="nv-ampere-whitepaper", tensor_cores_per_sm="nv-ampere-whitepaper",
+                 cuda_cores_per_sm="nv-ampere-whitepaper",
+                 tensor_flops_per_sm_clock="nv-forum-tc-rate",
+                 tensor_clock="nv-ampere-whitepaper", boost_clock="nv-ampere-whitepaper",
+                 register_bytes_per_sm="cuda-guide-cc", l1_bytes_per_sm="nv-ampere-whitepaper",
+                 smem_bytes_per_sm="cuda-guide-cc", l2_bytes="nv-ampere-whitepaper"),
 ))
 _add(_chip(
     name="gpu-h100", vendor="NVIDIA", display_name="H100 SXM",
@@ -289,9 +367,21 @@ _add(_chip(
     # NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per direction (900 GB/s "bidirectional").
     ici_link_bandwidth=2.5e10, ici_links=18, topology="NVSwitch, 8 GPUs per node",
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=10.8,
+    notes="80 GB as the datasheet states; the device has 80 GiB, of which nvidia-smi "
+          "reports 81,559 MiB (DEVICE_REPORTED_HBM): the book plans with the datasheet's "
+          "smaller figure.",
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=8, max_slice_chips=8, vector_flops=6.7e13,
-    sources=dict(bf16_flops="nv-h100", fp8_flops="nv-h100", hbm_bytes="nv-h100",
+    sm_count=132, tensor_cores_per_sm=4, cuda_cores_per_sm=128, tensor_flops_per_sm_clock=4096,
+    tensor_clock=1.83e9, boost_clock=1.98e9, register_bytes_per_sm=256 * KiB,
+    l1_bytes_per_sm=256 * KiB, smem_bytes_per_sm=228 * KiB, l2_bytes=50 * MiB,
+    sources=dict(sm_count="nv-hopper-whitepaper", tensor_cores_per_sm="nv-hopper-whitepaper",
+                 cuda_cores_per_sm="nv-hopper-whitepaper",
+                 tensor_flops_per_sm_clock="nv-forum-tc-rate",
+                 tensor_clock="nv-hopper-whitepaper", boost_clock="nv-hopper-whitepaper",
+                 register_bytes_per_sm="cuda-guide-cc", l1_bytes_per_sm="nv-hopper-whitepaper",
+                 smem_bytes_per_sm="cuda-guide-cc", l2_bytes="nv-hopper-whitepaper",
+                 bf16_flops="nv-h100", fp8_flops="nv-h100", hbm_bytes="nv-h100",
                  hbm_bandwidth="nv-h100", ici_link_bandwidth="nv-h100", ici_links="nv-h100",
                  topology="nv-dgx-h100", dcn_bandwidth="nv-dgx-h100", pcie_bandwidth="nv-h100",
                  price_per_hour="scaling-book-pricing",
@@ -306,7 +396,15 @@ _add(_chip(
     dcn_bandwidth=5e10, pcie_bandwidth=6.4e10, price_per_hour=None,
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=8, max_slice_chips=8, vector_flops=6.7e13,
-    sources=dict(bf16_flops="nv-h200", fp8_flops="nv-h200", hbm_bytes="nv-h200",
+    sm_count=132, tensor_cores_per_sm=4, cuda_cores_per_sm=128, tensor_flops_per_sm_clock=4096,
+    tensor_clock=1.83e9, boost_clock=1.98e9, register_bytes_per_sm=256 * KiB,
+    l1_bytes_per_sm=256 * KiB, smem_bytes_per_sm=228 * KiB, l2_bytes=50 * MiB,
+    sources=dict(sm_count="nv-h200-gh100", tensor_cores_per_sm="nv-h200-gh100",
+                 cuda_cores_per_sm="nv-h200-gh100", tensor_flops_per_sm_clock="nv-h200-gh100",
+                 tensor_clock="nv-h200-gh100", boost_clock="nv-h200-gh100",
+                 register_bytes_per_sm="cuda-guide-cc", l1_bytes_per_sm="nv-h200-gh100",
+                 smem_bytes_per_sm="cuda-guide-cc", l2_bytes="nv-h200-gh100",
+                 bf16_flops="nv-h200", fp8_flops="nv-h200", hbm_bytes="nv-h200",
                  hbm_bandwidth="nv-h200", ici_link_bandwidth="nv-h200", ici_links="nv-h200",
                  topology="nv-h200", dcn_bandwidth="nv-dgx-basepod",
                  pcie_bandwidth="mlperf-h200", chips_per_host="nv-h200",
@@ -323,7 +421,14 @@ _add(_chip(
     notes="180 GB per GPU in DGX B200 datasheets; 192 GB in early announcements.",
     tensorcores=None, mxus_per_core=None, mxu_size=None, vmem_bytes=None, chips_per_host=8,
     ici_domain_chips=8, max_slice_chips=8, vector_flops=7.5e13,
-    sources=dict(bf16_flops="nv-hgx", fp8_flops="nv-dgx-b200", hbm_bytes="nv-dgx-b200",
+    # NVIDIA publishes no clock, per-SM tensor rate, L1 or L2 for the B200; the SM count and
+    # the cores per SM are scaling-book's (secondary), the register file and the shared
+    # memory per SM CUDA's for compute capability 10.0.
+    sm_count=148, tensor_cores_per_sm=4, cuda_cores_per_sm=128,
+    register_bytes_per_sm=256 * KiB, smem_bytes_per_sm=228 * KiB,
+    sources=dict(sm_count="scaling-book-gpus", tensor_cores_per_sm="scaling-book-gpus",
+                 cuda_cores_per_sm="scaling-book-gpus", register_bytes_per_sm="cuda-guide-cc",
+                 smem_bytes_per_sm="cuda-guide-cc", bf16_flops="nv-hgx", fp8_flops="nv-dgx-b200", hbm_bytes="nv-dgx-b200",
                  hbm_bandwidth="nv-dgx-b200", ici_link_bandwidth="nv-hgx", ici_links="nv-hgx",
                  topology="nv-dgx-b200", dcn_bandwidth="nv-dgx-b200", pcie_bandwidth="nv-hgx",
                  chips_per_host="nv-dgx-b200", ici_domain_chips="nv-dgx-b200",
@@ -448,6 +553,31 @@ _PREVIEW["gpu-h800"] = dataclasses.replace(
     sources={**{k: v for k, v in _h100.sources.items() if k != "price_per_hour"},
              "ici_links": "deepseekv3", "dcn_bandwidth": "deepseekv3"})
 
+# GB200 NVL72: the B200's die at a higher power, two GPUs and one Grace CPU per superchip,
+# 72 GPUs (36 superchips) in one NVLink domain through the rack's NVLink switches. A preview
+# because NVIDIA's rack page is the only source for most figures, and its per-GPU peak is
+# the rack's divided by 72.
+_b200 = _CHIPS["gpu-b200"]
+_PREVIEW["gpu-gb200"] = dataclasses.replace(
+    _b200, name="gpu-gb200", display_name="GB200 NVL72 (preview)",
+    bf16_flops=360e15 / 72 / 2, fp8_flops=None, hbm_bytes=186e9, hbm_bandwidth=8e12,
+    topology="NVSwitch, 72 GPUs per NVLink domain (NVL72 rack)", chips_per_host=2,
+    ici_domain_chips=72, max_slice_chips=72, pcie_bandwidth=None, vector_flops=None,
+    price_per_hour=None,
+    notes="Preview: the rack's figures per GPU (NVIDIA's GB200 NVL72 page); one 400 Gb/s "
+          "NIC per GPU as in scaling-book's GB200 SuperPOD description.",
+    sources={**{k: v for k, v in _b200.sources.items()
+                if k in ("ici_link_bandwidth", "ici_links", "sm_count", "tensor_cores_per_sm",
+                         "cuda_cores_per_sm", "register_bytes_per_sm", "smem_bytes_per_sm")},
+             "bf16_flops": "nv-gb200-nvl72", "hbm_bytes": "nv-gb200-nvl72",
+             "hbm_bandwidth": "nv-gb200-nvl72", "topology": "nv-gb200-nvl72",
+             "chips_per_host": "nv-gb200-nvl72", "ici_domain_chips": "nv-gb200-nvl72",
+             "max_slice_chips": "nv-gb200-nvl72", "dcn_bandwidth": "scaling-book-gpus"})
+
+#: Memory a device itself reports where that differs from its datasheet's figure:
+#: chip -> (bytes, source key). The chip table keeps the datasheet's (see the chip's notes).
+DEVICE_REPORTED_HBM = {"gpu-h100": (81_559 * MiB, "nvidia-smi-h100")}
+
 PREVIEW_CONFIDENCE = {
     "tpu7x": {
         "bf16_flops": "high: Google's specification table (2,307 TFLOPs)",
@@ -472,6 +602,17 @@ PREVIEW_CONFIDENCE = {
                      "(secondary sources); DeepSeek-V3 states 160 GB/s for its cluster",
         "dcn_bandwidth": "high: DeepSeek-V3 §3.2.2, 50 GB/s InfiniBand per GPU",
     },
+    "gpu-gb200": {
+        "bf16_flops": "medium: NVIDIA's 360 PFLOPS of sparse BF16 per rack, halved for dense "
+                      "and divided by 72 GPUs",
+        "hbm_bytes": "high: NVIDIA's rack page (186 GB per GPU)",
+        "hbm_bandwidth": "high: NVIDIA's rack page (8 TB/s per GPU)",
+        "ici_domain_chips": "high: NVIDIA's rack page (72 GPUs in one NVLink domain)",
+        "ici_link_bandwidth": "high: NVLink 5, 18 links of 50 GB/s each way (1.8 TB/s per "
+                              "GPU, 130 TB/s per rack)",
+        "chips_per_host": "high: two B200 GPUs and one Grace CPU per GB200 superchip",
+        "dcn_bandwidth": "medium: one 400 Gb/s NIC per GPU (scaling-book's GB200 SuperPOD)",
+    },
 }
 
 
@@ -479,7 +620,7 @@ def preview_chip(name: str) -> Chip:
     """A chip whose record is a preview (not every figure is published): ``"tpu7x"``.
 
     Not listed by :func:`chip_names`; see :data:`PREVIEW_CONFIDENCE` for how sure each
-    figure is."""
+    figure is. Also ``"gpu-h800"`` and ``"gpu-gb200"`` (one GPU of a GB200 NVL72 rack)."""
     key = str(name).strip().lower()
     if key not in _PREVIEW:
         raise UnknownNameError(f"unknown preview chip {name!r}; preview chips: "

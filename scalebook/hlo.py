@@ -17,6 +17,11 @@
   :func:`count_fusions`, :func:`op_categories` (chapter 9). They read the HLO of any
   backend: XLA:CPU's, a GPU's (cuBLAS/cuDNN custom-calls, Triton gemm fusions) or a
   TPU's (collectives fused into ``kind=kCustom`` fusions, layouts such as ``S(1)``).
+* :func:`op_sources` -- each instruction's ``op_name`` (the ``jax.named_scope`` path) and
+  the source line it came from; :func:`live_memory` -- the bytes live in one memory space
+  (HBM, host, ...) as the entry computation runs, and what is live at the peak;
+  :func:`peak_buffers` -- the buffers XLA's own buffer assignment finds live at the peak
+  (the ``live-range`` file of an ``xla_dump_to`` dump).
 
 What a comparison with these verifies: the kinds, shapes, dtypes and replica groups are
 XLA's own; a byte count derived from those shapes with :func:`scalebook.collectives.ring_bytes`
@@ -38,6 +43,7 @@ __all__ = [
     "Collective", "collectives", "hlo_text", "collective_lines", "total_bytes", "summarize",
     "parse_replica_groups", "cost", "xla_flops", "matmul_flops_traced", "MemoryUse", "memory",
     "Op", "ops", "fusions", "count_fusions", "op_categories", "OP_CATEGORIES", "entry_lines",
+    "OpSource", "op_sources", "LiveMemory", "live_memory", "peak_buffers",
 ]
 
 
@@ -87,6 +93,44 @@ class Collective:
         if not self.rs_like:
             return None
         return ring_bytes("reduce-scatter", _sum_bytes(self.operand_shapes), self.group_size)
+
+    @property
+    def source_target_pairs(self) -> tuple:
+        """For a collective-permute: its (source, target) pairs of partition ids, as the
+        program lists them (self-pairs included); () for any other kind."""
+        return tuple(self.groups) if self.kind == "collective-permute" else ()
+
+    def hops(self, mesh_shape, axis: int) -> tuple | None:
+        """For a collective-permute on a mesh of ``mesh_shape``: the distinct hops its real
+        sends make along mesh dimension ``axis`` (an int), sorted, each taken the short way
+        round that axis's ring, between -n/2 and n/2 (on an axis of 4, a send from position
+        3 to 0 is +1 and one from 0 to 3 is -1; 0 to 2 is 2). None if a send also moves
+        along another mesh dimension. Partition ids number the mesh's positions in
+        row-major order, as the compiled program does (not ``device.id``). A ring step
+        between neighbours gives ``(-1,)`` or ``(1,)``."""
+        if self.kind != "collective-permute":
+            raise ValueError(f"hops are defined for a collective-permute; this is {self.kind}")
+        shape = tuple(int(s) for s in mesh_shape)
+        if not shape or any(s < 1 for s in shape):
+            raise ValueError(f"mesh_shape must be positive axis sizes; got {mesh_shape!r}")
+        if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(shape):
+            raise ValueError(f"axis must be a mesh dimension, 0 to {len(shape) - 1}; "
+                             f"got {axis!r}")
+        size = math.prod(shape)
+        n = shape[axis]
+        found = set()
+        for s, t in self.source_target_pairs:
+            if s == t:
+                continue
+            if not (0 <= s < size and 0 <= t < size):
+                raise ValueError(f"pair ({s}, {t}) names a partition outside a mesh of "
+                                 f"{size} devices {shape}")
+            ps, pt = np.unravel_index(s, shape), np.unravel_index(t, shape)
+            if any(a != b for d, (a, b) in enumerate(zip(ps, pt)) if d != axis):
+                return None
+            d = (int(pt[axis]) - int(ps[axis])) % n
+            found.add(d - n if d > n / 2 else d)
+        return tuple(sorted(found))
 
     def __str__(self) -> str:
         extra = " (all-reduce + slice: a reduce-scatter on CPU)" if self.rs_like else ""
@@ -1071,3 +1115,239 @@ def entry_lines(compiled, width: int = 100) -> list[str]:
         line = re.split(r",\s*(?:metadata|frontend_attributes|backend_config)=", ins.line)[0]
         out.append(line if len(line) <= width else line[:width - 3] + "...")
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# Ops back to source lines
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpSource:
+    """Where an instruction came from: ``op_name`` is JAX's name for the operation, the
+    program and the ``jax.named_scope`` / ``jax.named_call`` scopes it ran in
+    (``jit(f)/mlp/activation/tanh``); ``function``, ``file``, ``line`` the innermost frame
+    of the user's code that created it (empty / 0 when the program does not say)."""
+
+    name: str
+    op_name: str
+    function: str
+    file: str
+    line: int
+
+    @property
+    def scope(self) -> str:
+        """The named scopes of ``op_name`` without the program and the primitive:
+        ``jit(f)/mlp/activation/tanh`` -> ``mlp/activation``."""
+        parts = self.op_name.split("/")
+        return "/".join(parts[1:-1]) if len(parts) > 2 else ""
+
+
+def _tables(text: str) -> dict:
+    """{table name: {id: text}} of the FileNames/FunctionNames/FileLocations/StackFrames
+    tables at the top of a compiled module's text."""
+    out, current = {}, None
+    for line in text.split("\n"):
+        s = line.strip()
+        if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = out.setdefault(s, {})
+            continue
+        m = re.match(r"^(\d+) (.*)$", s) if current is not None else None
+        if m:
+            current[int(m.group(1))] = m.group(2)
+        elif current is not None and s:
+            current = None
+    return out
+
+
+def _frame(tables: dict, frame_id: int):
+    """(function, file, line) of a StackFrames entry."""
+    frame = tables.get("StackFrames", {}).get(frame_id, "")
+    loc_id = re.search(r"file_location_id=(\d+)", frame)
+    loc = tables.get("FileLocations", {}).get(int(loc_id.group(1)), "") if loc_id else ""
+    fields = dict(re.findall(r"(\w+)=(\d+)", loc))
+    file = tables.get("FileNames", {}).get(int(fields.get("file_name_id", -1)), "")
+    function = tables.get("FunctionNames", {}).get(int(fields.get("function_name_id", -1)), "")
+    return function.strip('"'), file.strip('"'), int(fields.get("line", 0))
+
+
+def op_sources(compiled) -> dict:
+    """{instruction name: :class:`OpSource`} for the instructions of :func:`ops` (what a
+    trace names), read from each one's ``metadata={op_name=... stack_frame_id=...}`` (or
+    ``source_file=... source_line=...``) and the module's stack-frame tables.
+
+    ``compiled`` must be the ``jax.stages.Compiled`` or its full ``as_text()``: the tables
+    that hold files and lines are at the top of that text. A fusion carries the metadata
+    of the operation it was built around (its root), so its ``op_name`` names one of the
+    operations it fused. Instructions without metadata (parameters, copies XLA added) get
+    an empty ``op_name``.
+    """
+    raw = compiled if isinstance(compiled, str) else None
+    if raw is None:
+        _require_compiled(compiled, "op_sources")
+        raw = compiled.as_text()
+    tables = _tables(raw)
+    _, _, table = _module(compiled)
+    out = {}
+    for op in ops(compiled):
+        attrs = table[op.name].attrs
+        meta = re.search(r"metadata=\{(.*?)\}(?:,|$)", attrs)
+        meta = meta.group(1) if meta else ""
+        name = re.search(r'op_name="((?:[^"\\]|\\.)*)"', meta)
+        function, file, line = "", "", 0
+        frame = re.search(r"stack_frame_id=(\d+)", meta)
+        if frame:
+            function, file, line = _frame(tables, int(frame.group(1)))
+        else:
+            f = re.search(r'source_file="([^"]*)"', meta)
+            n = re.search(r"source_line=(\d+)", meta)
+            file, line = (f.group(1) if f else ""), (int(n.group(1)) if n else 0)
+        out[op.name] = OpSource(op.name, name.group(1) if name else "", function, file, line)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Memory live over a program's schedule
+# ------------------------------------------------------------------------------------------
+
+_ARRAY = re.compile(r"(\w+)\[([0-9,]*)\](\{[^}]*\})?")
+_ALIASES = {"bitcast", "get-tuple-element", "tuple", "opt-barrier", "domain"}
+
+
+def _arrays(type_text: str) -> list:
+    """[(bytes, memory space)] of each array of a (tuple) type; the space is the n of a
+    layout's S(n), 0 (the device's main memory) when there is none. Tile padding is not
+    counted."""
+    out = []
+    for dtype, dims, layout in _ARRAY.findall(type_text):
+        if dtype not in DTYPE_BYTES:
+            continue
+        n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+        space = re.search(r"S\((\d+)\)", layout or "")
+        out.append((int(n * DTYPE_BYTES[dtype]), int(space.group(1)) if space else 0))
+    return out
+
+
+@dataclass(frozen=True)
+class LiveMemory:
+    """Bytes live in one memory space over the entry computation's schedule.
+
+    ``timeline``: (instruction, bytes live while it runs) in program order; ``peak`` the
+    largest of those, reached first at instruction ``at``; ``live``: (instruction that
+    made the array, bytes) of every array live there, largest first."""
+
+    memory_space: int
+    timeline: tuple
+    peak: int
+    at: str
+    live: tuple
+
+
+def live_memory(compiled, memory_space: int = 0) -> LiveMemory:
+    """How many bytes of memory space ``memory_space`` (0: the device's main memory, HBM;
+    1: a TPU's VMEM; 5: host memory, as in XLA's ``S(n)`` layouts) are live as the entry
+    computation of a scheduled module runs, and which arrays are live at the peak.
+
+    An estimate of what XLA's buffer assignment (and XProf's memory viewer) reports: every
+    array an instruction makes is live from that instruction to its last use (the
+    program's parameters and results for the whole program); ``bitcast``,
+    ``get-tuple-element``, ``tuple`` and an async op's ``-done`` make no new array (they
+    name one that exists), and ``copy-start``'s second element is its source. It leaves
+    out what XLA may do better (write an op's result over an input that dies there) and
+    worse (alignment, fragmentation, tile padding), and the temporaries inside loops and
+    fusions: read it as the arrays that must coexist, not a byte-exact allocation.
+    """
+    if isinstance(memory_space, bool) or not isinstance(memory_space, int) or \
+            memory_space < 0:
+        raise ValueError(f"memory_space must be a whole number >= 0; got {memory_space!r}")
+    comps, entry, _ = _module(compiled)
+    if entry is None:
+        raise ValueError("compiled: the HLO text has no ENTRY computation")
+    instrs = comps[entry]
+    index = {ins.name: i for i, ins in enumerate(instrs)}
+    end = len(instrs)
+    sizes, born, last, maker = [], [], [], []     # per buffer
+    refs = {}            # instruction -> [per tuple element: set of buffer ids]
+
+    def new(i, nbytes, space):
+        sizes.append(nbytes if space == memory_space else 0)
+        born.append(i)
+        last.append(i)
+        maker.append(instrs[i].name)
+        return {len(sizes) - 1}
+
+    for i, ins in enumerate(instrs):
+        arrays = _arrays(ins.type_text)
+        ops_refs = [refs.get(o, []) for o in ins.operands]
+        for r in ops_refs:                              # a use keeps what it names alive
+            for elem in r:
+                for b in elem:
+                    last[b] = max(last[b], i)
+        flat = [b for r in ops_refs for elem in r for b in elem]
+        if ins.opcode == "parameter":
+            elems = [new(i, n, sp) for n, sp in arrays]
+            for elem in elems:
+                for b in elem:
+                    last[b] = end
+        elif ins.opcode == "get-tuple-element" and ops_refs and ops_refs[0]:
+            k = int(_attr(ins.attrs, "index") or 0)
+            elems = [ops_refs[0][k]] if k < len(ops_refs[0]) else [set(flat)]
+        elif ins.opcode == "tuple":
+            elems = [set().union(*r) if r else set() for r in ops_refs]
+        elif ins.opcode in _ALIASES:
+            elems = [set(flat)] * max(1, len(arrays))
+        elif ins.opcode == "copy-done" and ops_refs and ops_refs[0]:
+            elems = [ops_refs[0][0]]                   # the destination of its copy-start
+        elif ins.opcode.endswith(_DONE_SUFFIX):
+            elems = [set(flat)]
+        elif ins.opcode == "copy-start" and len(arrays) >= 2:
+            elems = [new(i, *arrays[0]), set(flat)] + [new(i, *a) for a in arrays[2:]]
+        else:
+            elems = [new(i, n, sp) for n, sp in arrays]
+        refs[ins.name] = elems
+        if ins.line.startswith("ROOT"):
+            for elem in elems:
+                for b in elem:
+                    last[b] = end
+    timeline = []
+    for i, ins in enumerate(instrs):
+        timeline.append((ins.name, sum(sz for sz, s, t in zip(sizes, born, last)
+                                       if s <= i <= t)))
+    peak_i = max(range(len(timeline)), key=lambda i: (timeline[i][1], -i)) if timeline else 0
+    live = sorted(((maker[b], sizes[b]) for b in range(len(sizes))
+                   if born[b] <= peak_i <= last[b] and sizes[b]),
+                  key=lambda x: (-x[1], index.get(x[0], 0)))
+    return LiveMemory(memory_space, tuple(timeline), timeline[peak_i][1] if timeline else 0,
+                      timeline[peak_i][0] if timeline else "", tuple(live))
+
+
+def peak_buffers(live_range_text: str, compiled=None) -> list:
+    """[(buffer, bytes, shape)] of the buffers live at the peak of a program, largest
+    first, from the ``*-live-range.txt`` file that XLA writes with ``xla_dump_to`` (its
+    "Live ranges at N (peak):" section: XLA's own buffer assignment). ``buffer`` is an
+    instruction name; ``shape`` its type (the tuple element a ``{i}`` index names) when
+    ``compiled`` (the program, or its HLO text: the dump's ``*after_optimizations.txt``)
+    is given, else "".
+    """
+    if not isinstance(live_range_text, str):
+        raise TypeError("live_range_text must be the text of XLA's *-live-range.txt dump")
+    m = re.search(r"^\s*Live ranges at \d+ \(peak\):\s*$", live_range_text, re.M)
+    if not m:
+        raise ValueError("live_range_text has no 'Live ranges at N (peak):' section: pass "
+                         "the *-live-range.txt file of an xla_dump_to dump")
+    table = _module(compiled)[2] if compiled is not None else {}
+    out = []
+    for line in live_range_text[m.end():].split("\n"):
+        b = re.match(r"^\s+([\w.\-]+)\{([\d,]*)\}: (\d+) bytes", line)
+        if not b:
+            if line.strip():
+                break
+            continue
+        name, index, nbytes = b.group(1), b.group(2), int(b.group(3))
+        shape = ""
+        if name in table:
+            arrays = _shapes(table[name].type_text)
+            k = int(index.split(",")[0]) if index else 0
+            shape = arrays[k] if k < len(arrays) else ""
+        out.append((name, nbytes, shape))
+    return sorted(out, key=lambda r: -r[1])
+

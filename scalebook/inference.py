@@ -1070,11 +1070,9 @@ def _tp_ar_time(chip, nbytes: float, n: int, hop_latency: float = 0.0) -> float:
     domain = chip.ici_domain_chips
     if not _coll.is_switched(chip) or domain is None or n <= domain:
         return _coll.collective_time("all-reduce", nbytes, n, chip, hop_latency=hop_latency)
-    nodes = n // domain
-    nvlink = (_coll.collective_time("reduce-scatter", nbytes, domain, chip)
-              + _coll.collective_time("all-gather", nbytes, domain, chip))
-    nic = 2 * (nodes - 1) / nodes * (nbytes / domain) / chip.dcn_bandwidth
-    return max(nvlink, nic) + (2 * (domain - 1) + 2 * (nodes - 1)) * hop_latency
+    # chapter 11's hierarchical all-reduce, pipelined
+    return _coll.hierarchical_time("all-reduce", nbytes, domain, n // domain, chip,
+                                   pipelined=True, hop_latency=hop_latency)
 
 
 @dataclass(frozen=True)
@@ -1225,6 +1223,10 @@ def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0) -> float
         raise ValueError(f"an expert group of {n_ep} {chip.name} GPUs spans several nodes of "
                          f"{domain}, and the chip has no dcn_bandwidth: give one with "
                          f"chip.with_(dcn_bandwidth=...)")
+    if n_ep % domain == 0:      # chapter 11's hierarchical all-to-all, parts in sequence
+        return _coll.hierarchical_time("all-to-all", nbytes, domain, n_ep // domain, chip,
+                                       hop_latency=hop_latency)
+    # a group that fills its last node only in part: the same two parts
     return (nbytes * (domain - 1) / n_ep / chip.ici_bandwidth
             + nbytes * (n_ep - domain) / n_ep / chip.dcn_bandwidth + 2 * hop_latency)
 

@@ -8,15 +8,21 @@ it without timing anything, so a notebook can print that part in a compared cell
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from .units import check_positive_int
 
 __all__ = ["Operation", "Measurement", "matmul_operation", "elementwise_operation",
            "roofline_operations", "time_call", "measure_matmul", "measure_elementwise",
-           "measure_roofline"]
+           "measure_roofline", "GPU_MEASUREMENTS_DIR", "stored_gpu_measurements"]
+
+#: Where tools/gpu_measure.py stores what it measured on a machine with NVIDIA GPUs: one
+#: JSON file per machine, shipped with the package (chapter 11 shows what is there).
+GPU_MEASUREMENTS_DIR = Path(__file__).resolve().parent / "data" / "gpu"
 
 
 MATMUL_SIZES = (32, 64, 128, 256, 512, 1024)
@@ -142,3 +148,17 @@ def measure_roofline(matmul_sizes=MATMUL_SIZES, vector_sizes=VECTOR_SIZES,
     out = [measure_matmul(n, repeats=repeats) for n in matmul_sizes]
     out += [measure_elementwise(n, repeats=repeats) for n in vector_sizes]
     return out
+
+
+def stored_gpu_measurements() -> list[dict]:
+    """The GPU measurements stored with the package, oldest file name first: one dict per
+    machine with ``device_kind``, ``device_count``, ``date``, ``jax_version``, ``chip`` (the
+    book's name, or None), ``matmul`` (rows of n, seconds, FLOP/s), ``matmul_best_fraction``
+    (the best FLOP/s over the chip's bf16 peak), ``copy_bandwidth`` (bytes/s) and
+    ``all_reduce`` (rows of bytes, seconds, bus bandwidth; empty on one GPU). Empty when
+    nothing has been measured yet; a file the script wrote on a CPU (to test itself) is
+    left out."""
+    if not GPU_MEASUREMENTS_DIR.is_dir():
+        return []
+    found = [json.loads(p.read_text()) for p in sorted(GPU_MEASUREMENTS_DIR.glob("*.json"))]
+    return [r for r in found if r.get("platform") == "gpu"]

@@ -48,7 +48,8 @@ __all__ = [
     "moe_layer_times",
     "ring_attention_min_block", "ring_attention_step_times",
     "mlp_saved_elements", "accumulation_activation_bytes", "offload_time",
-    "dcn_critical_batch_per_slice", "check_divides",
+    "dcn_critical_batch_per_slice", "check_divides", "hierarchical_dp_critical_batch",
+    "ep_critical_width",
 ]
 
 NETWORKS = ("ici", "dcn")
@@ -922,3 +923,66 @@ def dcn_critical_batch_per_slice(chip, n_slices=None, *, bytes_per_element: floa
     frac = 1.0 if n_slices is None else (lambda m: (m - 1) / m)(_int("n_slices", n_slices, 2))
     w = network(c, "dcn").bandwidth
     return frac * s * c.bf16_flops / (2 * w)
+
+
+
+# ------------------------------------------------------------------------------------------
+# 10. across GPU nodes (chapter 11)
+# ------------------------------------------------------------------------------------------
+
+def _gpu_domain(c: Chip) -> int:
+    if c.vendor != "NVIDIA" or c.ici_domain_chips is None:
+        raise ValueError(f"{c.name} is not a GPU with an NVLink domain; for a TPU use "
+                         f"data_parallel_critical_batch and dcn_critical_batch_per_slice")
+    return c.ici_domain_chips
+
+
+def hierarchical_dp_critical_batch(chip, nodes: int, *, local: int | None = None,
+                                   pipelined: bool = True,
+                                   bytes_per_element: float = 2) -> float:
+    """Tokens per GPU above which data parallelism (or FSDP, the same bytes behind twice the
+    FLOPs) over ``local`` GPUs in each of ``nodes`` nodes hides its gradient all-reduce,
+    run hierarchically (:func:`scalebook.collectives.hierarchical_time`).
+
+    Per weight element the backward pass does 4 FLOPs per token and the all-reduce moves
+    its s bytes, so b* = C T(s) / 4 with T(s) the hierarchical all-reduce time of s bytes.
+    Pipelined, for l = 8 GPUs a node and m nodes: b* = max(2 (l-1)/l s C / (4 W_nvlink),
+    2 (m-1)/m s C / (4 l W_dcn)): the NICs need 1/l of the flat figure
+    ``data_parallel_critical_batch(chip, network_kind="dcn")``. ``local`` defaults to
+    the whole NVLink domain."""
+    c = _chip(chip)
+    domain = _gpu_domain(c)
+    g = domain if local is None else _int("local", local)
+    m = _int("nodes", nodes)
+    s = check_positive("bytes_per_element", bytes_per_element)
+    t = _coll.hierarchical_time("all-reduce", s, g, m, c, pipelined=pipelined)
+    return c.bf16_flops * t / 4
+
+
+def ep_critical_width(chip, n_ep: int, *, matmuls: int = 2, bytes_per_element: float = 2,
+                      pipelined: bool = False) -> float:
+    """Expert width F above which an MoE layer's dispatch and combine all-to-alls over
+    ``n_ep`` chips hide behind its expert matmuls, whatever the batch.
+
+    Per routed copy of a token (forward): the expert's ``matmuls`` matmuls do
+    2 matmuls D F FLOPs (2: an up and a down projection, 4 D F; 3: a gated MLP's gate, up
+    and down, 6 D F, as in Mixtral's and DeepSeek-V3's experts), and the dispatch and
+    combine each move its D s bytes, so 2 matmuls D F / C >= 2 t(D s):
+    F* = C t(s) / matmuls, where t(s) is one all-to-all's time for s bytes per chip.
+    Inside one fast domain t = collective_time (a GPU's NVSwitch sends the blocks straight
+    to their GPU: t(s) = (n-1)/n s / W); a GPU group over several nodes of
+    ``ici_domain_chips`` runs the hierarchical all-to-all (NVLink for the copies that stay
+    in the node, the NIC for the rest)."""
+    c = _chip(chip)
+    n = _int("n_ep", n_ep, minimum=2)
+    m = _int("matmuls", matmuls)
+    s = check_positive("bytes_per_element", bytes_per_element)
+    domain = c.ici_domain_chips
+    if c.vendor == "NVIDIA" and domain is not None and n > domain:
+        if n % domain:
+            raise ValueError(f"n_ep={n} does not fill whole nodes of {domain} {c.name} GPUs")
+        t = _coll.hierarchical_time("all-to-all", s, domain, n // domain, c,
+                                    pipelined=pipelined)
+    else:
+        t = _ctime("all-to-all", s, n, network(c, "ici"))
+    return c.bf16_flops * t / m

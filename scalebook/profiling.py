@@ -12,9 +12,16 @@ and predict the profile a real chip would show (chapter 9).
 * :func:`op_kind` names the kind of an op from its HLO name ("matmul", "collective",
   "elementwise", ...), or from the compiled program's own instructions
   (:func:`scalebook.hlo.op_categories`) when given.
+* :func:`overlapping_pairs` finds the collectives that ran at the same time as compute on
+  the same device (communication overlapped with computation, as far as a trace shows it).
 * :func:`compare_with_roofline` puts the measured time of each big op next to its roofline
   time max(FLOPs / C, bytes / W) for the peak C and bandwidth W you give (chapter 1's
   measured values for this machine).
+* :func:`real_profile` finds the real GPU and TPU profiles (trace and compiled HLO) that
+  ship with the package in ``scalebook/data/profiles`` (sources and licences there).
+* :func:`memory_profile` reads ``jax.profiler.device_memory_profile()`` (a pprof
+  snapshot of the arrays alive on the devices) into one :class:`LiveBuffer` per allocation
+  site, largest first, with the line of code that made it.
 * :func:`predict_layer_profile` predicts, op by op, one transformer layer's training step on
   a real chip with tensor parallelism (the book's cost model); :func:`plot_predicted` draws
   it as the timeline a profiler would show.
@@ -49,7 +56,9 @@ from .units import check_positive, check_positive_int
 __all__ = ["TraceError", "OpEvent", "OpSummary", "Trace", "capture", "find_trace_file",
            "load_trace", "op_kind", "KINDS_ORDER", "plot_timeline", "OpComparison",
            "compare_with_roofline", "PredictedOp", "predict_layer_profile", "plot_predicted",
-           "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations"]
+           "predicted_breakdown", "KIND_COLORS", "padded_bytes", "compilations",
+           "COMPUTE_KINDS", "overlapping_pairs", "overlap_seconds", "RealProfile", "real_profile",
+           "REAL_PROFILES", "LiveBuffer", "memory_profile"]
 
 KINDS_ORDER = ("matmul", "attention", "elementwise", "data movement", "collective", "other")
 KIND_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
@@ -70,7 +79,9 @@ class OpEvent:
     not say); thread: the name of the thread (CPU), stream (GPU) or line (TPU: "XLA Ops")
     that ran it; start, duration: seconds (start measured from the first event of the
     trace); kernel: on a GPU, the name of the kernel this event is (one op may launch
-    several), else "".
+    several), else "". args: the event's own ``args`` as the trace stores them (on a TPU
+    the op's cost model: ``long_name``, ``hlo_category``, ``bytes_accessed``,
+    ``model_flops``, ``source``, ``tf_op``...); not compared.
     """
 
     name: str
@@ -80,6 +91,7 @@ class OpEvent:
     start: float
     duration: float
     kernel: str = ""
+    args: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def end(self) -> float:
@@ -328,11 +340,11 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
             elif thread == "XLA Ops":
                 xla_ops[pid].append((str(args.get("hlo_op", name)),
                                      str(args.get("hlo_module", "")), devices[pid], thread,
-                                     ts, dur, ""))
+                                     ts, dur, "", args))
             elif "hlo_op" in args:
                 op = str(args["hlo_op"])
                 kernels[pid].append((op, str(args.get("hlo_module", "")), devices[pid],
-                                     thread, ts, dur, name if name != op else ""))
+                                     thread, ts, dur, name if name != op else "", args))
         elif "hlo_op" in args and not on_device:
             dev = args.get("device_ordinal")
             try:
@@ -340,21 +352,21 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
             except (TypeError, ValueError):
                 dev = None
             ops.append((str(args["hlo_op"]), str(args.get("hlo_module", "")), dev, thread,
-                        ts, dur, ""))
+                        ts, dur, "", args))
         elif pid not in devices and thread.startswith("python") and not name.startswith("$"):
-            spans.append((name, "", None, thread, ts, dur, ""))
+            spans.append((name, "", None, thread, ts, dur, "", args))
     for pid in devices:
         if kernels[pid]:              # a GPU's kernels (or any device events naming an op)
             ops.extend(kernels[pid])
             continue
         mods = sorted(modules[pid])
         starts = [m[0] for m in mods]
-        for op, module, dev, thread, ts, dur, kernel in xla_ops[pid]:
+        for op, module, dev, thread, ts, dur, kernel, a in xla_ops[pid]:
             if not module:            # a TPU's op: the program running around it
                 i = bisect.bisect_right(starts, ts) - 1
                 if i >= 0 and mods[i][1] >= ts:
                     module = mods[i][2]
-            ops.append((op, module, dev, thread, ts, dur, kernel))
+            ops.append((op, module, dev, thread, ts, dur, kernel, a))
     ops = _leaves(ops)
     if not ops:
         if on_device:
@@ -365,14 +377,54 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
         raise TraceError("the trace holds no executed HLO ops (no event with args.hlo_op): "
                          "was anything run (and block_until_ready called) inside "
                          "jax.profiler.trace?")
-    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, k)
-          for n, m, d, th, ts, dur, k in ops]
-    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6)
-           for n, m, d, th, ts, dur, _ in spans]
+    mk = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, k, a)
+          for n, m, d, th, ts, dur, k, a in ops]
+    ann = [OpEvent(n, m, d, th, (ts - t0) * 1e-6, dur * 1e-6, "", a)
+           for n, m, d, th, ts, dur, _, a in spans]
     mk.sort(key=lambda ev: (ev.start, ev.device if ev.device is not None else -1))
     ann.sort(key=lambda ev: ev.start)
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
     return Trace(events=mk, annotations=ann, path=path)
+
+
+# ------------------------------------------------------------------------------------------
+# Real GPU and TPU profiles shipped with the package
+# ------------------------------------------------------------------------------------------
+
+REAL_PROFILES = ("tpu_v6e_offload", "gpu_mi300x_conv", "gpu_amd_te_attention")
+
+
+@dataclass(frozen=True)
+class RealProfile:
+    """A real accelerator profile stored in ``scalebook/data/profiles`` (sources, licences
+    and how it was converted in its README): ``trace`` is the path of its Perfetto JSON
+    trace, ``hlo`` maps each program's name (``jit_f``) to the path of its compiled HLO."""
+
+    name: str
+    trace: str
+    hlo: dict
+
+    def hlo_text(self, module: str) -> str:
+        if module not in self.hlo:
+            raise ValueError(f"profile {self.name!r} stores the HLO of "
+                             f"{', '.join(sorted(self.hlo))}; got {module!r}")
+        with open(self.hlo[module]) as fh:
+            return fh.read()
+
+
+def real_profile(name: str) -> RealProfile:
+    """One of :data:`REAL_PROFILES`: ``"tpu_v6e_offload"`` (4 TPU v6e chips: host offload
+    and an all-reduce), ``"gpu_mi300x_conv"`` (8 AMD MI300X GPUs: a sharded convolution),
+    ``"gpu_amd_te_attention"`` (one AMD GPU: Transformer Engine attention, Triton and
+    cuBLAS gemms)."""
+    if name not in REAL_PROFILES:
+        raise ValueError(f"name must be one of {', '.join(REAL_PROFILES)}; got {name!r}")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+    hlo = {}
+    for path in sorted(glob.glob(os.path.join(root, "hlo", f"{name}.*.hlo.txt"))):
+        module = os.path.basename(path)[len(name) + 1:-len(".hlo.txt")]
+        hlo[module] = path
+    return RealProfile(name, os.path.join(root, "traces", f"{name}.trace.json.gz"), hlo)
 
 
 # ------------------------------------------------------------------------------------------
@@ -512,6 +564,64 @@ def capture(fn, *args, steps: int = 2, warmup: int = 1, name: str = "step", logd
         trace.path = None
     trace.categories = categories
     return trace
+
+
+# ------------------------------------------------------------------------------------------
+# Overlap of communication with computation
+# ------------------------------------------------------------------------------------------
+
+COMPUTE_KINDS = ("matmul", "attention", "elementwise")
+
+
+def overlap_seconds(a, b) -> float:
+    """Seconds during which two events both ran (0 if they did not)."""
+    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
+
+
+def overlapping_pairs(trace: Trace, module: str | None = None, device=None,
+                      compute=COMPUTE_KINDS, at_least: float = 0.0) -> list:
+    """The (collective, compute) pairs of events that ran at the same time on one device.
+
+    A pair is a collective event and an event of a ``compute`` kind (matmul, attention,
+    elementwise by default) on the same device, on different threads (streams, lines),
+    whose time spans intersect: ``c.start < m.end and m.start < c.end``. Each is an
+    instance of communication overlapping computation *as the trace records it*:
+
+    * on XLA:CPU a collective is one blocking op, but the runtime runs independent
+      instructions of a device concurrently on its threads, so a collective and a compute
+      op that do not depend on each other can be in flight together;
+    * on a GPU a collective kernel on its own stream next to a compute kernel;
+    * on a TPU one "XLA Ops" line per chip holds every op, so an asynchronous collective
+      (``-start`` / ``-done``) hides its transfer *between* its two events: this function
+      finds no pairs there; read the gap between start and done instead.
+
+    ``module`` and ``device`` restrict the events; ``at_least`` (seconds) keeps only pairs
+    that overlap by that much (events that merely touch are left out). The pairs are sorted
+    by the collective's start. ``len(...)`` counts them: 0 means nothing overlapped.
+    """
+    if not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a scalebook.profiling.Trace; got {type(trace).__name__}")
+    if isinstance(compute, str):
+        compute = (compute,)
+    bad = [k for k in compute if k not in KINDS_ORDER or k == "collective"]
+    if bad or not compute:
+        raise ValueError(f"compute must be kinds of op other than 'collective', from "
+                         f"{', '.join(KINDS_ORDER)}; got {compute!r}")
+    by_device = defaultdict(list)
+    for e in trace.select(module=module, device=device):
+        by_device[e.device].append(e)
+    pairs = []
+    for evs in by_device.values():
+        colls = [e for e in evs if trace.kind(e.name) == "collective"]
+        comp = sorted((e for e in evs if trace.kind(e.name) in compute),
+                      key=lambda e: e.start)
+        starts = [e.start for e in comp]
+        for c in colls:
+            for m in comp[:bisect.bisect_left(starts, c.end)]:   # started before c ended
+                if (m.end > c.start and m.thread != c.thread
+                        and overlap_seconds(c, m) >= at_least):
+                    pairs.append((c, m))
+    return sorted(pairs, key=lambda p: (p[0].start, p[1].start))
 
 
 # ------------------------------------------------------------------------------------------
@@ -827,3 +937,139 @@ def compilations() -> int:
         jax.monitoring.register_event_duration_secs_listener(_on_event)
         _COMPILES["listening"] = True
     return _COMPILES["n"]
+
+
+# ------------------------------------------------------------------------------------------
+# Device memory profiles (pprof)
+# ------------------------------------------------------------------------------------------
+
+def _varint(b: bytes, i: int):
+    out = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        out |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return out, i
+
+
+def _fields(b: bytes):
+    """(field number, value) of a serialized protobuf message (its wire format)."""
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        kind = key & 7
+        if kind == 0:
+            v, i = _varint(b, i)
+        elif kind == 2:
+            n, i = _varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif kind == 1:
+            v, i = b[i:i + 8], i + 8
+        elif kind == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise ValueError(f"not a protobuf message (wire type {kind})")
+        yield key >> 3, v
+
+
+def _ints(v) -> list:
+    """A repeated integer field, packed (bytes) or not (one int)."""
+    if isinstance(v, int):
+        return [v]
+    out, i = [], 0
+    while i < len(v):
+        x, i = _varint(v, i)
+        out.append(x)
+    return out
+
+
+@dataclass(frozen=True)
+class LiveBuffer:
+    """The live arrays of one device made at one place: ``bytes`` in ``count`` buffers,
+    ``kind`` ("buffer": arrays; "executable": compiled programs), and ``stack``, the
+    Python frames that allocated them, innermost first, as (function, file, line)."""
+
+    device: str
+    kind: str
+    bytes: int
+    count: int
+    stack: tuple
+
+    def where(self, skip=("/jax/", "/jaxlib/", "/scalebook/", "site-packages")) -> tuple:
+        """The innermost frame whose file is none of ``skip``: the user's own line."""
+        for frame in self.stack:
+            if not any(s in frame[1] for s in skip):
+                return frame
+        return self.stack[0] if self.stack else ("", "", 0)
+
+
+def memory_profile(data: bytes | None = None, kind: str | None = "buffer") -> list:
+    """The device memory in use now, by allocation site: ``data`` is what
+    ``jax.profiler.device_memory_profile()`` returns (taken now when None), a gzipped
+    pprof ``Profile`` whose samples are the live buffers with the Python stack that
+    allocated them and ``kind``/``device`` labels. Returns one :class:`LiveBuffer` per
+    (device, kind, stack), largest first; ``kind=None`` keeps executables too.
+
+    A snapshot, not a peak: call it where memory matters (after a step, or in an
+    out-of-memory handler) to see which arrays hold the memory and which line made them.
+    The peak *inside* a compiled program is the compiler's (``hlo.memory``,
+    ``hlo.live_memory``, XProf's memory viewer). ``pprof`` reads the same data
+    (``pprof --web file.prof`` on a saved copy)."""
+    import gzip as _gzip
+
+    if data is None:
+        import jax
+        data = jax.profiler.device_memory_profile()
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"data must be the bytes of jax.profiler.device_memory_profile(); "
+                        f"got {type(data).__name__}")
+    raw = _gzip.decompress(data) if data[:2] == b"\x1f\x8b" else bytes(data)
+    try:
+        top = defaultdict(list)
+        for k, v in _fields(raw):
+            top[k].append(v)
+        strings = [b.decode("utf-8", "replace") for b in top[6]]
+        types = [dict(_fields(t)) for t in top[1]]
+        functions = {}
+        for f in top[5]:
+            d = dict(_fields(f))
+            functions[d.get(1, 0)] = (strings[d.get(2, 0)], strings[d.get(4, 0)])
+        locations = {}
+        for loc in top[4]:
+            d = defaultdict(list)
+            for k, v in _fields(loc):
+                d[k].append(v)
+            frames = []
+            for line in d[4]:
+                ld = dict(_fields(line))
+                fn, file = functions.get(ld.get(1, 0), ("", ""))
+                frames.append((fn, file, ld.get(2, 0)))
+            locations[d[1][0] if d[1] else 0] = frames
+        value_names = [strings[t.get(1, 0)] for t in types]
+        i_bytes = value_names.index("space") if "space" in value_names else len(types) - 1
+        i_count = value_names.index("allocations") if "allocations" in value_names else 0
+        totals = defaultdict(lambda: [0, 0])
+        for sample in top[2]:
+            d = defaultdict(list)
+            for k, v in _fields(sample):
+                d[k].append(v)
+            locs = [x for v in d[1] for x in _ints(v)]
+            values = [x for v in d[2] for x in _ints(v)]
+            labels = {}
+            for lab in d[3]:
+                ld = dict(_fields(lab))
+                labels[strings[ld.get(1, 0)]] = strings[ld.get(2, 0)]
+            stack = tuple(f for loc in locs for f in locations.get(loc, []))
+            key = (labels.get("device", ""), labels.get("kind", ""), stack)
+            totals[key][0] += values[i_bytes] if i_bytes < len(values) else 0
+            totals[key][1] += values[i_count] if i_count < len(values) else 0
+    except (IndexError, KeyError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"data is not a pprof memory profile: {type(e).__name__}: {e}") \
+            from None
+    rows = [LiveBuffer(dev, k, nbytes, count, stack)
+            for (dev, k, stack), (nbytes, count) in totals.items()
+            if kind is None or k == kind]
+    return sorted(rows, key=lambda r: (-r.bytes, r.device, r.stack))
+

@@ -11,6 +11,8 @@ Chapter 2 of the book derives each formula here in the open; later chapters impo
   direction) that cross the cut halving the longest axis.
 * :func:`slice_info`: chips, hosts, wraparound, diameter and bisection of one slice.
 * :func:`bandwidth_hierarchy`: a chip's HBM, chip-to-chip, PCIe and DCN bandwidths.
+* :func:`fat_tree_endpoints`, :func:`scalable_unit`: the GPUs a non-blocking fat tree of
+  switches with a given port count joins, and one rail-optimised scalable unit (chapter 11).
 
 Units: bytes, seconds, bytes/s (one direction).
 """
@@ -29,7 +31,8 @@ from .units import check_nonnegative, check_positive, check_positive_int
 __all__ = [
     "parse_shape", "torus_hops", "hops_from", "diameter",
     "mean_hops", "slice_wraparound", "transfer_time", "bisection_links", "bisection_bandwidth",
-    "SliceInfo", "slice_info", "bandwidth_hierarchy",
+    "SliceInfo", "slice_info", "bandwidth_hierarchy", "fat_tree_endpoints",
+    "ScalableUnit", "scalable_unit",
 ]
 
 
@@ -241,18 +244,74 @@ def slice_info(chip, shape) -> SliceInfo:
 
 
 def bandwidth_hierarchy(chip) -> list[dict]:
-    """A chip's bandwidths from fastest to slowest, bytes/s in one direction per chip.
+    """A chip's bandwidths from fastest to slowest, bytes/s per chip; ``None`` where no
+    figure is published.
 
-    Rows: HBM; chip-to-chip over all links (ICI or NVLink) and over one link; PCIe to the
-    host; DCN (data-centre network). ``None`` where no figure is published.
+    Rows: HBM (the vendor's figure, reads and writes together, not one direction);
+    chip-to-chip over all links (ICI or NVLink) and over one link, one direction; PCIe to
+    the host; DCN (data-centre network; on a GPU its own network card). On a torus each
+    link goes to one neighbour; on a GPU node every NVLink goes to an NVSwitch, so any one
+    peer GPU is reached at the full all-links rate, and all peers at once share it.
     """
     c = get_chip(chip)
-    link = "NVLink" if c.vendor == "NVIDIA" else "ICI"
+    switched = c.vendor == "NVIDIA"
+    link = "NVLink" if switched else "ICI"
+    if switched:
+        all_links = f"chip -> switch, {c.ici_links} links: any GPU of the node"
+        one_link = f"one of the {c.ici_links} (each to a switch chip)"
+    else:
+        all_links = f"chip -> neighbours, {c.ici_links} links"
+        one_link = "chip -> one neighbour"
     return [
-        {"level": "HBM", "bandwidth": c.hbm_bandwidth, "what": "chip <-> its own HBM"},
-        {"level": f"{link}, all links", "bandwidth": c.ici_bandwidth,
-         "what": f"chip -> neighbours, {c.ici_links} links"},
-        {"level": f"{link}, one link", "bandwidth": c.ici_link_bandwidth, "what": "chip -> one neighbour"},
+        {"level": "HBM", "bandwidth": c.hbm_bandwidth,
+         "what": "chip <-> its own HBM, reads + writes"},
+        {"level": f"{link}, all links", "bandwidth": c.ici_bandwidth, "what": all_links},
+        {"level": f"{link}, one link", "bandwidth": c.ici_link_bandwidth, "what": one_link},
         {"level": "PCIe", "bandwidth": c.pcie_bandwidth, "what": "chip <-> host CPU memory"},
-        {"level": "DCN", "bandwidth": c.dcn_bandwidth, "what": "chip's share of the network to other hosts"},
+        {"level": "DCN", "bandwidth": c.dcn_bandwidth,
+         "what": "chip's share of the network to other hosts" if not switched
+         else "the GPU's own network card, to other nodes"},
     ]
+
+
+# ---- GPU clusters: fat trees and rails (chapter 11) ---------------------------------------
+
+def fat_tree_endpoints(radix: int, tiers: int) -> int:
+    """Endpoints (NICs) a non-blocking fat tree of ``radix``-port switches joins with
+    ``tiers`` levels of switches: each switch below the top gives half its ports to the
+    level below and half to the level above, so 2 tiers join radix^2 / 2 and 3 tiers
+    radix^3 / 4 (radix^tiers / 2^(tiers - 1)); one tier is one switch, radix endpoints."""
+    k = check_positive_int("radix (ports per switch)", radix)
+    t = check_positive_int("tiers", tiers)
+    if k % 2:
+        raise ValueError(f"radix={k}: a fat tree splits each switch's ports in halves; give "
+                         f"an even port count")
+    return k ** t // 2 ** (t - 1)
+
+
+@dataclass(frozen=True)
+class ScalableUnit:
+    """One rail-optimised scalable unit: ``nodes`` nodes of ``gpus_per_node`` GPUs, one NIC
+    per GPU; ``leaf_switches`` = one per rail (GPU rank i of every node on leaf i), each
+    with ``nodes`` ports down and as many up to the spine (non-blocking)."""
+
+    nodes: int
+    gpus_per_node: int
+    leaf_switches: int
+    ports_up: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def scalable_unit(radix: int = 64, gpus_per_node: int = 8) -> ScalableUnit:
+    """The largest rail-optimised unit of ``radix``-port leaf switches: each rail's leaf
+    gives half its ports to the nodes (one GPU of each) and half to the spine, so a unit has
+    radix / 2 nodes. NVIDIA's DGX H100 SuperPOD unit: 64-port switches, 32 nodes, 256 GPUs,
+    8 leaf switches."""
+    k = check_positive_int("radix (ports per switch)", radix)
+    g = check_positive_int("gpus_per_node", gpus_per_node)
+    if k % 2:
+        raise ValueError(f"radix={k}: give an even port count")
+    return ScalableUnit(nodes=k // 2, gpus_per_node=g, leaf_switches=g, ports_up=k // 2)

@@ -50,8 +50,10 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   forward pass) and, with kept weights, the fsdp reduce-scatter after the last backward
   pass and the all-gather before the first forward pass;
 * on a GPU, a collective over a group that spans nodes runs in two levels: within each
-  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC
-  (chapter 5's hierarchical collective).
+  8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC, the
+  phases one after the other (:func:`scalebook.collectives.hierarchical_time`, chapter 11).
+  Exposed, its NVLink phases count under "nvlink" and its NIC phases under "dcn" (the
+  breakdown reports them apart); in the network queues it counts whole under "dcn".
 
 The bound is the largest of the compute, the bubble and each network's exposed time. Memory
 per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
@@ -180,9 +182,11 @@ class PassTime:
     """One pass (forward or backward) of one microbatch on one stage, in seconds.
 
     ``compute``: at peak FLOP/s. ``exposed``: {network: seconds} of collectives on the
-    critical path (tensor- and context-parallel ones that a matmul waits for).
-    ``networks``: {network: seconds} of every collective of the pass, exposed ones
-    included; those on one network queue behind each other, beside the compute."""
+    critical path (tensor- and context-parallel ones that a matmul waits for); one that
+    runs hierarchically across GPU nodes counts its NVLink phases under "nvlink" and its
+    NIC phases under "dcn". ``networks``: {network: seconds} of every collective of the
+    pass, exposed ones included; those on one network queue behind each other, beside the
+    compute (a hierarchical collective queues whole on "dcn", its phases in sequence)."""
 
     compute: float
     exposed: dict
@@ -633,37 +637,58 @@ def _memory(c: TransformerConfig, deg: Degrees, b_mb: float, M: int, remat: str,
     return Memory(weights, grads, master, opt, buffer, act)
 
 
-def _timer(chip: Chip, deg: Degrees, nets: dict):
-    """seconds(kind, nbytes, axis): one collective over a mesh axis. On a GPU, an axis whose
-    group spans nodes but also has several GPUs in each node runs in two levels: over NVLink
-    inside the node, then 1/local of the bytes between nodes (each GPU on its own NIC)."""
-    stride = _inner_before(deg)
-    node = chip.ici_domain_chips or deg.n_chips
-    fast = _par.network(chip, "ici")
-    slow = _par.network(chip, "dcn") if "dcn" in nets.values() else None
-    cache = {}
+class _Timer:
+    """One collective over a mesh axis: ``timer(kind, nbytes, axis)`` its seconds,
+    ``timer.parts(kind, nbytes, axis)`` the same seconds by network. On a GPU, an axis
+    whose group spans nodes but also has several GPUs in each node runs in two levels:
+    over NVLink inside the node, then 1/local of the bytes between nodes (each GPU on its
+    own NIC), the phases one after the other; its parts are then {"nvlink": the NVLink
+    phases, "dcn": the NIC phases}. Any other collective is one part, on the axis's
+    network ("ici"/"nvlink" or "dcn")."""
 
-    def seconds(kind, nbytes, axis):
+    def __init__(self, chip: Chip, deg: Degrees, nets: dict):
+        self.chip, self.deg, self.nets = chip, deg, nets
+        self.stride = _inner_before(deg)
+        self.node = chip.ici_domain_chips or deg.n_chips
+        self.fast = _par.network(chip, "ici")
+        self.slow = _par.network(chip, "dcn") if "dcn" in nets.values() else None
+        self.gpu = chip.vendor == "NVIDIA"
+        self._cache = {}
+
+    def parts(self, kind, nbytes, axis) -> dict:
         key = (kind, nbytes, axis)
-        if key in cache:
-            return cache[key]
-        k = getattr(deg, axis)
-        if nets[axis] != "dcn":
-            t = _coll.collective_time(kind, nbytes, k, bandwidth=fast.bandwidth,
-                                      topology=fast.topology)
+        if key in self._cache:
+            return self._cache[key]
+        k = getattr(self.deg, axis)
+        fast_name = "nvlink" if self.gpu else "ici"
+        if self.nets[axis] != "dcn":
+            out = {fast_name: _coll.collective_time(kind, nbytes, k,
+                                                    bandwidth=self.fast.bandwidth,
+                                                    topology=self.fast.topology)}
         else:
-            local = max(1, min(k, node // stride[axis])) if chip.vendor == "NVIDIA" else 1
+            local = (max(1, min(k, self.node // self.stride[axis])) if self.gpu else 1)
             if local == 1 or kind == "collective-permute" or k % local:
-                t = _coll.collective_time(kind, nbytes, k, bandwidth=slow.bandwidth,
-                                          topology=slow.topology)
-            else:
-                t = (_coll.collective_time(kind, nbytes, local, bandwidth=fast.bandwidth,
-                                           topology=fast.topology)
-                     + _coll.collective_time(kind, nbytes / local, k // local,
-                                             bandwidth=slow.bandwidth, topology=slow.topology))
-        cache[key] = t
-        return t
-    return seconds
+                out = {"dcn": _coll.collective_time(kind, nbytes, k,
+                                                    bandwidth=self.slow.bandwidth,
+                                                    topology=self.slow.topology)}
+            else:       # chapter 11's hierarchical collective, its phases in sequence
+                phases = _coll.hierarchical_phases(kind, nbytes, local, k // local,
+                                                   fast_bandwidth=self.fast.bandwidth,
+                                                   slow_bandwidth=self.slow.bandwidth)
+                out = {}
+                for ph in phases:
+                    net = "nvlink" if ph.network == "nvlink" else "dcn"
+                    out[net] = out.get(net, 0.0) + ph.seconds
+        self._cache[key] = out
+        return out
+
+    def __call__(self, kind, nbytes, axis) -> float:
+        return sum(self.parts(kind, nbytes, axis).values())
+
+
+def _timer(chip: Chip, deg: Degrees, nets: dict) -> _Timer:
+    """seconds(kind, nbytes, axis) for one collective over a mesh axis (see _Timer)."""
+    return _Timer(chip, deg, nets)
 
 
 def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: int,
@@ -686,7 +711,12 @@ def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: 
     if chip.vendor == "NVIDIA" and stride < node:
         local = max(1, min(deg.ep, node // stride, deg.fsdp if deg.fsdp > 1 else deg.ep))
     nodes = max(1, deg.ep // local)
-    if routing.max_nodes is None:
+    if routing.max_nodes is None and deg.ep % local == 0:
+        # chapter 11's hierarchical all-to-all, its two parts one after the other
+        return _coll.hierarchical_time("all-to-all", tokens * k * D * s, local, nodes,
+                                       fast_bandwidth=fast.bandwidth,
+                                       slow_bandwidth=slow.bandwidth)
+    if routing.max_nodes is None:       # a group that fills its last node only in part
         off = k * (deg.ep - local) / deg.ep
     else:
         off = min(k, routing.max_nodes) * (nodes - 1) / nodes
@@ -740,8 +770,25 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         if sec:
             d[net] = d.get(net, 0.0) + sec
 
+    def merged(*parts):
+        out = {}
+        for p in parts:
+            for k, v in p.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def add_split(d, parts, sec):
+        # ``sec`` seconds of exposed collectives whose phases are ``parts`` ({network:
+        # seconds}, summing to the collectives' time): each network gets its share, so a
+        # hierarchical collective's NVLink phases count under "nvlink", its NIC's under "dcn"
+        total = sum(parts.values())
+        for k, v in parts.items():
+            add(d, k, sec * (v / total) if total else 0.0)
+
     if deg.tp > 1:
         act = b_mb / deg.cp * c.d_model * s
+        pair_parts = merged(t.parts("all-gather", act, "tp"),
+                            t.parts("reduce-scatter", act, "tp"))
         pair = t("all-gather", act, "tp") + t("reduce-scatter", act, "tp")
         n_f = 2 * L_p                             # attention and MLP, one pair each
         n_b = 2 * L_p + (2 * L_p if remat == "full" else 0)
@@ -751,11 +798,11 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         add(b_nets, net, b_tp)
         if tp_overlap:      # collective matmul (chapter 10): one chunk of n_tp is not hidden
             hide = (deg.tp - 1) / deg.tp
-            add(f_exp, net, max(0.0, f_tp - hide * comp_f))
-            add(b_exp, net, max(0.0, b_tp - hide * comp_b))
+            add_split(f_exp, pair_parts, max(0.0, f_tp - hide * comp_f))
+            add_split(b_exp, pair_parts, max(0.0, b_tp - hide * comp_b))
         else:
-            add(f_exp, net, f_tp)
-            add(b_exp, net, b_tp)
+            add_split(f_exp, pair_parts, f_tp)
+            add_split(b_exp, pair_parts, b_tp)
         n = (n_f + n_b) * M
         colls.append(Collective("tp", "all-gather", net, n * t("all-gather", act, "tp"),
                                 n, act))
@@ -770,8 +817,9 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         net = netname("cp")
         add(f_nets, net, L_p * ag)
         add(b_nets, net, L_p * (ag + rs))
-        add(f_exp, net, L_p * ag)
-        add(b_exp, net, L_p * (ag + rs))
+        add_split(f_exp, t.parts("all-gather", kv, "cp"), L_p * ag)
+        add_split(b_exp, merged(t.parts("all-gather", kv, "cp"),
+                                t.parts("reduce-scatter", kv, "cp")), L_p * (ag + rs))
         colls.append(Collective("cp", "all-gather", net, 2 * L_p * M * ag, 2 * L_p * M, kv))
         colls.append(Collective("cp", "reduce-scatter", net, L_p * M * rs, L_p * M, kv))
     if deg.fsdp > 1:

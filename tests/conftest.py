@@ -36,3 +36,25 @@ def built_site(tmp_path_factory):
             result.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout[-3000:],
                                           "stderr": r.stderr[-3000:]}))
     return out / "_build" / "html", json.loads(result.read_text())
+
+
+# The slip battery's table (tests/exercise_harness.py, issue 25), printed after the run:
+# the all-chapter one when tests/test_slip_battery.py ran, else the chapters whose tests
+# ran; then the chapters' known pitfalls (their test files' typical mistakes).
+def pytest_terminal_summary(terminalreporter):
+    stats = terminalreporter.stats
+    reports = [r for key in ("passed", "failed") for r in stats.get(key, [])
+               if getattr(r, "when", None) == "call"]
+    props = [(k, v) for r in reports for k, v in getattr(r, "user_properties", [])]
+    report = next((v for k, v in props if k == "slip_battery_report"), None)
+    records = [v for k, v in props if k == "slip_battery"]
+    if report is None and not records:
+        return
+    from exercise_harness import pitfall_line, summary_from_records
+    if report is None:
+        report = ("Slip battery (issue 25): share of rejected slips whose message "
+                  "names the slip\n" + summary_from_records(records))
+    terminalreporter.section("slip battery")
+    terminalreporter.write_line(report)
+    if records:
+        terminalreporter.write_line(pitfall_line(records))

@@ -1,10 +1,10 @@
 """The trace and HLO readers on what real GPUs and TPUs emit, not only XLA:CPU (issue 26).
 
-* Real traces (tests/fixtures/traces, sources in their README): two JAX programs on AMD
+* Real traces (scalebook/data/profiles/traces, sources in their README): two JAX programs on AMD
   GPUs (an MI300X 3-D convolution on 8 GPUs; a Transformer-Engine attention loss on one
   GPU, with Triton gemm fusions and a cuBLAS gemm) and a JAX program on 4 TPU v6e chips
   (host offload and a psum). Each is loaded, tabulated per op and per kind, and drawn.
-* Real HLO (tests/fixtures/hlo): the compiled modules stored in those same profiles, so
+* Real HLO (scalebook/data/profiles/hlo): the compiled modules stored in those same profiles, so
   every op a trace names is an instruction of its program.
 * Hand-written HLO of each accelerator form: TPU collective fusions, cuBLAS / cuBLASLt gemm
   custom-calls, Triton gemm fusions, convolutions (TPU's dot-as-convolution, cuDNN
@@ -32,7 +32,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from scalebook import hlo, profiling  # noqa: E402
 from scalebook.collectives import ring_bytes  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Real profiles ship with the package (chapter 9 reads them); the tool that made them is
+# tests/fixtures/make_fixtures.py.
+FIXTURES = Path(__file__).resolve().parents[1] / "scalebook" / "data" / "profiles"
 TRACES = FIXTURES / "traces"
 HLO = FIXTURES / "hlo"
 

@@ -56,6 +56,11 @@ def test_names_resolve_against_their_owner_then_their_module():
     assert got["OpSummary"] == "scalebook.profiling.OpSummary"
     got = dict(api_index.resolve("training.evaluate_plan / TrainingPlan.breakdown"))
     assert got["TrainingPlan.breakdown"] == "scalebook.training.TrainingPlan.breakdown"
+    # an argument of a call is shown, not looked up
+    got = api_index.resolve("collectives.collective_time(..., sharp=True)")
+    assert got[0] == ("collectives.collective_time", "scalebook.collectives.collective_time")
+    assert "".join(text for text, _ in got) == "collectives.collective_time(..., sharp=True)"
+    assert dict(got)["sharp"] is None and dict(got)["True"] is None
     # a module constant has no entry of its own: shown as code, not linked
     assert dict(api_index.resolve("models.MoEConfig (MIXTRAL_8X7B)"))["MIXTRAL_8X7B"] is None
 

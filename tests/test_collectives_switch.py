@@ -35,6 +35,17 @@ def test_a_group_beyond_one_nvlink_domain_says_to_use_the_scale_out_network():
         collectives.collective_time("all-gather", 1e9, (2, 8), "gpu-b200")
 
 
+def test_a_group_beyond_one_nvlink_domain_is_pointed_to_the_hierarchical_collective():
+    """Not to a flat ring on the cards, which would be ~8x slower (chapter 11.3): the
+    message names hierarchical_time with the split of the group into nodes."""
+    with pytest.raises(ValueError, match=r"hierarchical_time\('all-reduce', nbytes, 8, 2, "
+                                         r"'gpu-h100'\)") as e:
+        collectives.collective_time("all-reduce", 1e9, 16, "gpu-h100")
+    assert "topology='ring'" not in str(e.value)
+    with pytest.raises(ValueError, match=r"nbytes, local, nodes"):
+        collectives.collective_time("all-reduce", 1e9, 12, "gpu-h100")
+
+
 def test_switch_latency_steps_and_crossover():
     assert collectives.latency_steps("all-to-all", 8, "switch") == 1
     assert collectives.latency_steps("all-gather", 8, "switch") == 7

@@ -89,7 +89,9 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (math.ceil(W70 / V5E.hbm_bytes), "405B")],
     "2.7": [(W70 / V6E.hbm_bandwidth, "16 chips"), (W70 / (16 * V5E.hbm_bandwidth), "v5e"),
             (W70 / 2 / (16 * V6E.hbm_bandwidth), "2 bytes")],
-    "2.8": [(W405 / V5E.pcie_bandwidth, "all 64"), (W405 / 8 / V5E.pcie_bandwidth, "per chip")],
+    "2.8": [(W405 / V5E.pcie_bandwidth, "all 64"),
+            (W405 / 8 / V5E.pcie_bandwidth, "per chip"),
+            (W405 / 64 / (2 * V5E.pcie_bandwidth), "one direction")],     # PCIe doubled
     "2.9": [(W405 / V5E.dcn_bandwidth, "share"), (W405 / (256 * V5E.ici_link_bandwidth), "no ICI"),
             (W70 / (256 * V5E.dcn_bandwidth), "70B's copy")],
     "2.11": [(1 / RIGHT["2.11"], "upside down"),

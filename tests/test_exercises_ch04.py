@@ -142,8 +142,16 @@ HINTS["4.2"] += [(MISTRAL7["L"] * (2 * MISTRAL7["d"] * MISTRAL7["H"] * MISTRAL7[
                  (mlp_share(M8), "LLaMA-3 8B's share"),                  # section 4.2's table
                  (mlp_share(M8) * n_params(**M8)                         # the head left at V
                   / (n_params(**M8) - (M8["V"] - 32000) * M8["d"]), "both V x D matrices")]
-HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"), (RIGHT["4.4"] / 6, "N N_tok")]
-HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours")]
+HINTS["4.4"] += [(RIGHT["4.4"] * 2 / 3, "backward pass only"),
+                 (RIGHT["4.4"] / 6, "N N_tok"),
+                 (3 * n_params(**M70) * 15e12, "3 N N_tok"),
+                 (12 * n_params(**M70) * 15e12, "12 N N_tok")]
+HINTS["4.5"] += [(RIGHT["4.5"] * 86400, "seconds"), (RIGHT["4.5"] * 24, "hours"),
+                 # the H100's fp8 peak, 1979 TFLOP/s, for its bf16 one
+                 (training_flops(M405, 15.6e12) / (16384 * 1.979e15 * 0.40) / 86400,
+                  "fp8 peak")]
+HINTS["4.1"] += [(2 * RIGHT["4.1"], "bf16 bytes")]
+HINTS["4.3"] += [(2 * RIGHT["4.3"], "bf16 bytes")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
 HINTS["4.7"] = [(RIGHT["4.7"] / 8, "8 key/value heads"), (RIGHT["4.7"] / 2, "both cached"),
                 (RIGHT["4.7"] * 8, "multiplies it by G = 8, not by H"),
@@ -168,7 +176,8 @@ WRONG["4.14"] = [TOTAL14, ACTIVE14 - ROUTER70, ACTIVE14 - M70["L"] * MLP70, n_pa
 HINTS["4.14"] = [(TOTAL14, "that is the total"), (ACTIVE14 - ROUTER70, "routers"),
                  (ACTIVE14 - M70["L"] * MLP70, "not one"), (n_params(**M70), "dense model"),
                  (ACTIVE14 - M70["V"] * M70["d"] - NORMS70, "embedding and the norms"),
-                 (ACTIVE14 - ROUTER70 // M70["L"], "very close: check the router")]
+                 (ACTIVE14 - ROUTER70 // M70["L"], "very close: check the router"),
+                 (2 * ACTIVE14, "bf16 bytes")]
 
 # 4.15: weight_dots keeps 2d + H h + 2 K h + 2F per token per layer (bf16, 80 layers)
 KEPT70 = 2 * M70["d"] + M70["H"] * M70["h"] + 2 * M70["K"] * M70["h"] + 2 * M70["F"]

@@ -17,6 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 
 from scalebook import parallelism as par  # noqa: E402
+from exercise_harness import slip_battery_tests  # noqa: E402
 from scalebook.exercises import evaluate, get_exercise  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
 
@@ -71,6 +72,12 @@ WRONG = {   # answer -> a word its hint must contain (None: any "wrong")
              (RIGHT["5.12"] * math.sqrt(2), "one axis each"),
              (math.sqrt(2 ** 24 / F405), "under the root")],
 }
+
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(5, {
+    ex: [a for a, _ in cases if not isinstance(a, str)]
+    for ex, cases in WRONG.items()}))
 
 
 def test_5_4_one_hint_names_both_halvings():

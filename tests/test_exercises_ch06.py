@@ -126,9 +126,12 @@ WRONG = {
 }
 
 HINTS = {
-    "6.1": [(2 * N8 * 15e12, "forward pass only"), (4 * N8 * 15e12, "4 N N_tok")],
+    "6.1": [(2 * N8 * 15e12, "forward pass only"), (4 * N8 * 15e12, "4 N N_tok"),
+            (3 * N8 * 15e12, "3 N N_tok"), (12 * N8 * 15e12, "12 N N_tok")],
     "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] * 0.4, "100% MFU"),
-            (RIGHT["6.2"] / 3, "not 2")],
+            (RIGHT["6.2"] / 3, "not 2"),
+            # the H100's fp8 peak, 1979 TFLOP/s, for its bf16 one
+            (6 * N405 * 15.6e12 / (16384 * 1.979e15 * 0.40) / 86400, "fp8 peak")],
     "6.3": [(math.floor(16 * N405 / (0.9 * HBM_V5P)), "round up"),
             (math.ceil(16 * N405 / HBM_V5P), "10% of HBM"),
             (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),

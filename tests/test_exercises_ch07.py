@@ -197,7 +197,8 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (V_STAR * 1e6, "units")],
     "7.8": [("memory", "hops of 1 µs"), ("compute", "FLOPs, 2 N_mm B / (16 C), are tiny")],
     "7.9": [(NO_DRAFT_COST, "draft steps"), (GAMMA_TERMS, "gamma + 1 terms"),
-            (5 / 1.4, "alpha = 1")],
+            (5 / 1.4, "alpha = 1"), (100 * SPEEDUP, "as a ratio (198% is 1.98)"),
+            (100 * (SPEEDUP - 1), "how much faster, in percent")],
     # weights read twice vs overlapped kernels vs the prefix left out vs the whole prompt's
     # square vs matmuls at the weight read only vs no attention
     "7.15": [(STEP_15_APART, "read once"), (STEP_15_OVERLAP, "one after the other"),
@@ -315,6 +316,10 @@ def test_7_11_code():
     assert "one too few" in message("7.11", from_one)
     assert "gamma + 1 terms" in message("7.11", to_gamma_minus_one)
     assert "chance" in message("7.11", all_accepted)
+    # Never an error from a hint (strict under the tests): a string, a float32, a factor
+    assert "wrong result" in message("7.11", lambda a, g: "3.36")
+    assert ok("7.11", lambda a, g: jnp.float32(right(a, g)))
+    assert "2x too large" in message("7.11", lambda a, g: 2 * right(a, g))
 
 
 # 7.12 ------------------------------------------------------------------------------------
@@ -471,6 +476,10 @@ def test_7_9_variant():
     assert evaluate("7.9", right, variant=params).correct
     assert "gamma + 1 terms" in variant_message("7.9", (1 - 0.8 ** 3) / 0.2 / 1.15, params)
     assert "alpha = 1" in variant_message("7.9", 4 / 1.15, params)
+    # a speed-up of 2.57: the gain (1.57) is far from half of it (the chapter's 1.98 is
+    # not)
+    assert "the gain, the speed-up minus 1" in variant_message("7.9", right - 1, params)
+    assert "percentage" in variant_message("7.9", 100 * right, params)
 
 
 def test_drawn_code_inputs_are_in_the_specification():

@@ -20,6 +20,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 
+from exercise_harness import slip_battery_tests  # noqa: E402
 from scalebook.exercises import evaluate  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
 
@@ -80,6 +81,11 @@ HINTS = {   # a typical mistake and words its hint must contain
             (32 * 8 * 104 * 64 * 4, "multiple of 128"), (32 * 8 * 104 * 128 * 2, "4 bytes")],
     # (32 * 8 * 104 * 64 * 4 == 32 * 8 * 104 * 128 * 2: one hint names both mistakes)
 }
+
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(9, {ex: [a for a in v if not isinstance(a, str)]
+                                        for ex, v in WRONG.items()}))
 
 
 @pytest.mark.parametrize("ex", sorted(RIGHT))
@@ -171,8 +177,8 @@ def any_event(trace_json):
 
 
 def test_9_5_right_answer():
-    r = evaluate("9.5", slowest_op)     # 3 published traces and 3 drawn ones
-    assert r.correct and "6 test inputs" in r.message, r
+    r = evaluate("9.5", slowest_op)     # 4 published traces and 3 drawn ones
+    assert r.correct and "7 test inputs" in r.message, r
 
 
 @pytest.mark.parametrize("fn,word", [(longest_event, "single event"),
@@ -182,6 +188,44 @@ def test_9_5_right_answer():
 def test_9_5_wrong_answers_with_hints(fn, word):
     r = evaluate("9.5", fn)
     assert r.status == "wrong" and word in r.message, r
+
+
+def one_device(trace_json, device="0"):
+    """The slip the issue found accepted: the slowest op of device 0 alone."""
+    total = defaultdict(float)
+    for e in trace_json["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and "hlo_op" in args and str(args.get("device_ordinal")) == device:
+            total[args["hlo_op"]] += e["dur"]
+    return max(total, key=total.get)
+
+
+def test_9_5_one_device_is_rejected_with_its_hint():
+    """One published trace is not the same on every device, so summing device 0 (or any
+    single device) gives another op; the hint says why."""
+    for dev in ("0", "1", "2", "3"):
+        r = evaluate("9.5", lambda t, dev=dev: one_device(t, dev))
+        assert r.status == "wrong" and "one device alone" in r.message, r
+    from scalebook.exercises import get_exercise
+    uneven = [t for (t,) in get_exercise("9.5").cases[:3] if one_device(t) != slowest_op(t)]
+    assert len(uneven) == 1
+
+
+def test_9_5_drawn_traces_are_valid_and_some_are_uneven():
+    """Every drawn trace has one op at least 5% ahead over all devices; about half draw
+    each device's durations, so device 0 alone is sometimes a different op."""
+    from scalebook.exercises import get_exercise
+    drawn = [t for (t,) in get_exercise("9.5").drawn_cases(b"uneven", n=60)]
+    differ = 0
+    for t in drawn:
+        total = defaultdict(float)
+        for e in t["traceEvents"]:
+            if "hlo_op" in (e.get("args") or {}):
+                total[e["args"]["hlo_op"]] += e["dur"]
+        first, second = sorted(total.values())[-2:][::-1]
+        assert first > 1.05 * second
+        differ += one_device(t) != slowest_op(t)
+    assert differ >= 3
 
 
 def test_9_5_malformed():
@@ -194,8 +238,17 @@ def test_9_5_malformed():
 # 9.6 count the fusions
 # ------------------------------------------------------------------------------------------
 
+def opcode(line):
+    """The opcode of an instruction line: the first word before '(' that follows a space
+    after ' = ' (a tuple type has spaces and parentheses of its own; layouts' T(8,128) and
+    S(5) follow ':' or ')', not a space)."""
+    m = re.search(r"\s([a-z][\w\-]*)\(", " " + line.split(" = ", 1)[1])
+    return m.group(1) if m else None
+
+
 def n_fusions(text):
-    """Fusion instructions in ENTRY and in the computations its while loops and conditionals run."""
+    """Fusion instructions in ENTRY and in the computations its while loops, conditionals
+    and calls run."""
     comps, current, entry = defaultdict(list), None, None
     for line in text.splitlines():
         m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
@@ -203,17 +256,17 @@ def n_fusions(text):
             current = m.group(2)
             entry = current if m.group(1) else entry
             continue
-        if current and "=" in line:
+        if current and " = " in line:
             comps[current].append(line)
     todo, seen, count = [entry], {entry}, 0
     while todo:
         comp = todo.pop()
         for line in comps[comp]:
-            if re.search(r"=\s*\S+\s+fusion\(", line):
-                count += 1
-            if re.search(r"\s(while|conditional)\(", line):
-                names = re.findall(r"(?:body|condition|true_computation|false_computation)"
-                                   r"=%?([\w.\-]+)", line)
+            op = opcode(line)
+            count += op == "fusion"
+            if op in ("while", "conditional", "call"):
+                names = re.findall(r"(?:body|condition|true_computation|false_computation|"
+                                   r"to_apply)=%?([\w.\-]+)", line)
                 for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
                     names += [g.strip().lstrip("%") for g in group.split(",")]
                 for c in names:
@@ -229,8 +282,8 @@ def entry_only(text):
 
 
 def test_9_6_right_answer():
-    r = evaluate("9.6", n_fusions)      # 5 published programs and 3 drawn ones
-    assert r.correct and "8 test inputs" in r.message, r
+    r = evaluate("9.6", n_fusions)      # 7 published programs and 3 drawn ones
+    assert r.correct and "10 test inputs" in r.message, r
 
 
 @pytest.mark.parametrize("fn,word", [(lambda t: t.count(" fusion("), "a fusion calls"),
@@ -264,6 +317,75 @@ def test_9_6_statement_names_conditions_and_a_bodies_only_count_gets_a_hint():
     md = (Path(__file__).resolve().parents[1] / "notebooks" / "09_profiling.md").read_text()
     statement = md[md.index("### Exercise 9.6"):md.index("### Exercise 9.7")]
     assert "conditions" in statement
+
+
+def loops_only(text):
+    """The worked solution's first version: follows while loops, not conditionals."""
+    comps, current, entry = defaultdict(list), None, None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        if m and "=" not in line.split("(")[0]:
+            current, entry = m.group(2), m.group(2) if m.group(1) else entry
+        elif current and " = " in line:
+            comps[current].append(line)
+    todo, seen, count = [entry], {entry}, 0
+    while todo:
+        for line in comps[todo.pop()]:
+            count += opcode(line) == "fusion"
+            if opcode(line) == "while":
+                for c in re.findall(r"(?:body|condition)=%?([\w.\-]+)", line):
+                    if c not in seen:
+                        seen.add(c)
+                        todo.append(c)
+    return count
+
+
+def one_word_types(text):
+    """Right computations, but the type is taken to be one word: a fusion that returns a
+    tuple, '(f32[32]{0}, s32[32]{0}) fusion(...)', is missed."""
+    return sum(1 for line in text.splitlines() if re.search(r"=\s*\S+\s+fusion\(", line)) \
+        - (text.count(" fusion(") - n_fusions(text))
+
+
+def test_9_6_conditionals_count_and_a_loops_only_count_gets_a_hint():
+    from scalebook import hlo
+    from scalebook.exercises import get_exercise
+    r = evaluate("9.6", loops_only)
+    assert r.status == "wrong" and "branch" in r.message and "cond_layer" in r.message, r
+    cases = [t for (t,) in get_exercise("9.6").cases]
+    with_conditionals = [t for t in cases if " conditional(" in t]
+    assert len(with_conditionals) == 2
+    assert all(loops_only(t) < hlo.count_fusions(t) == n_fusions(t) for t in with_conditionals)
+
+
+def test_9_6_a_tuple_typed_fusion_gets_a_hint():
+    r = evaluate("9.6", one_word_types)
+    assert r.status == "wrong" and "tuple" in r.message, r
+
+
+def worked_solution(name):
+    """The function ``name`` as the solutions notebook defines it (its code cell run here)."""
+    md = (Path(__file__).resolve().parents[1] / "solutions" / "09_profiling.md").read_text()
+    start = md.index(f"def {name}(")
+    cell = md[md.rindex("```{code-cell}", 0, start):md.index("```", start)]
+    namespace = {"defaultdict": defaultdict, "re": re}
+    exec(cell.split("\n", 1)[1].split(f"check(")[0], namespace)
+    return namespace[name]
+
+
+def test_9_6_worked_solution_agrees_with_count_fusions_on_drawn_programs():
+    """The issue found the worked solution giving 1 where hlo.count_fusions gives 4 (a
+    conditional): it must agree on every published program and on drawn ones of every kind
+    (loops, conditionals, switches)."""
+    from scalebook import hlo
+    from scalebook.exercises import get_exercise
+    solution = worked_solution("n_fusions")
+    ex = get_exercise("9.6")
+    drawn = [t for (t,) in ex.drawn_cases(b"conditionals", n=12)]
+    kinds = {t.split(",")[0].split("_")[-1] for t in drawn}
+    assert {"cond", "switch", "scan", "mlp"} <= kinds, kinds
+    for t in [t for (t,) in ex.cases] + drawn:
+        assert solution(t) == hlo.count_fusions(t) == n_fusions(t)
 
 
 def test_9_6_malformed():

@@ -16,6 +16,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 
+from exercise_harness import slip_battery_tests  # noqa: E402
 from scalebook.exercises import evaluate  # noqa: E402
 from scalebook.hardware import get_chip  # noqa: E402
 
@@ -48,6 +49,11 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
     "10.5": [("x", "still differs along 'y'"), ("both", "[8, 16]"), ("none", "all 8 devices"),
              ("invarying", "one of")],
 }
+
+# The standard slip battery on every numeric exercise (tests/exercise_harness.py), with
+# the mistakes above as the chapter's known pitfalls.
+globals().update(slip_battery_tests(10, {ex: [a for a, _ in v if not isinstance(a, str)]
+                                         for ex, v in HINTS.items()}))
 
 
 @pytest.mark.parametrize("ex", sorted(RIGHT))
@@ -124,6 +130,28 @@ def cm_wrong_rows(a, w):
     return acc
 
 
+def cm_k_hops(a, w):
+    """Sends each device's own chunk k hops in one permute at step k: right numbers, three
+    permutes of one chunk each, but the second one jumps 2 positions along 'y'."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = a @ jax.lax.dynamic_slice_in_dim(w, i * c, c, axis=0)
+    for k in range(1, n):
+        got = jax.lax.ppermute(a, "y", [(j, (j - k) % n) for j in range(n)])
+        acc = acc + got @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+    return acc
+
+
+def cm_right_the_other_way(a, w):
+    """Chunks go right instead of left: neighbours too, so right."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i - k) % n) * c, c, axis=0)
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j + 1) % n) for j in range(n)])
+    return acc
+
+
 def cm_gather_by_permutes(a, w):
     """Gathers A with three permutes, then one matmul: right numbers, nothing overlapped."""
     n, i = 4, jax.lax.axis_index("y")
@@ -156,7 +184,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
     "10.7": [(lambda a, w: jax.lax.all_gather(a, "y", axis=1, tiled=True) @ w, "plain version"),
              (cm_wrong_rows, "wrong numbers"),
              (lambda a, w: a @ w, "D/4 rows"),
-             (cm_gather_by_permutes, "hides nothing")],
+             (cm_gather_by_permutes, "hides nothing"),
+             (cm_k_hops, "2 hops along 'y'")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
              (lambda: P(None, None, "model", None), "1/8"),
              (lambda: P("batch", None, "model", None), "'data' and 'model'"),
@@ -164,7 +193,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
     "10.9": [(lambda a, b: jnp.einsum("bd,df->bf", a, b), "out_sharding=P('x', None)"),
              (lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", "y")),
               "replicated over 'y'")],
-    "10.10": [(lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True), "split_axis=1"),
+    "10.10": [(lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True),
+               "which dimension must end up split (the heads)"),
               (lambda x: jax.lax.dynamic_slice_in_dim(
                   jax.lax.all_gather(x, "y", tiled=True),
                   jax.lax.axis_index("y") * (x.shape[1] // 4), x.shape[1] // 4, axis=1),
@@ -184,6 +214,11 @@ def test_code_right_answers(ex):
 def test_code_wrong_answers_get_their_hint(ex, answer, phrase):
     r = evaluate(ex, answer)
     assert r.status == "wrong" and phrase in r.message, r
+
+
+def test_10_7_accepts_neighbour_sends_either_way_round():
+    r = evaluate("10.7", cm_right_the_other_way)
+    assert r.correct, r
 
 
 @pytest.mark.parametrize("ex", sorted(CODE_RIGHT))
@@ -215,3 +250,11 @@ def test_10_5_reference_is_what_shard_map_does():
 def test_the_reference_formula_agrees_with_the_hand_worked_one():
     """10.3's reference uses scalebook.sharding; check it equals n s C / (4 W) exactly."""
     assert math.isclose(evaluate("10.3", 4 * 2 * C5p / (4 * W5p)).correct, True)
+
+
+def test_10_10_hint_does_not_give_the_call():
+    """The hint for the axes swapped says what split_axis and concat_axis do; it does
+    not print the call that answers the exercise (issue 25)."""
+    r = evaluate("10.10", lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True))
+    assert r.status == "wrong" and "split_axis" in r.message, r
+    assert "split_axis=1" not in r.message and "concat_axis=0" not in r.message, r

@@ -57,6 +57,38 @@ def test_generic_ratio_hints():
     assert ex.evaluate(2.05).correct and not ex.evaluate(2.2).correct
 
 
+def test_declared_and_percentage_hints():
+    """The ring factor and per-chip hints fire only where an exercise declares them; a
+    percentage is named for fractions and ratios; a whole number rounded either way after
+    a factor slip is named, an answer one off is not (issue 25)."""
+    plain = NumericExercise(id="0.5", title="t", unit="s", reference=lambda: 1.0)
+    ring = NumericExercise(id="0.6", title="t", unit="s", reference=lambda: 1.0, ring=8,
+                           chips=16)
+    assert "ring factor" not in plain.evaluate(8 / 7).message
+    assert "(n - 1)/n = 7/8 (n = 8) left out" in ring.evaluate(8 / 7).message
+    assert "applied where it does not belong" in ring.evaluate(7 / 8).message
+    assert "ring factor" not in ring.evaluate(4 / 3).message      # not this ring's n
+    assert "16x too large, the number of chips" in ring.evaluate(16.0).message
+    assert "16x too small, the number of chips" in ring.evaluate(1 / 16).message
+    assert "chips" not in plain.evaluate(16.0).message
+    frac = NumericExercise(id="0.7", title="t", unit="fraction (0 to 1)",
+                           reference=lambda: 0.27)
+    assert "as a fraction between 0 and 1 (27% is 0.27)" in frac.evaluate(27.0).message
+    ratio = NumericExercise(id="0.8", title="t", unit="ratio", reference=lambda: 1.98)
+    assert "as a ratio" in ratio.evaluate(198.0).message
+    assert "percentage" not in plain.evaluate(100.0).message
+    hops = NumericExercise(id="0.9", title="t", unit="hops", integer=True,
+                           reference=lambda: 11)
+    assert "2x too small" in hops.evaluate(6).message and "2x" in hops.evaluate(5).message
+    assert "1e+03x too small" in NumericExercise(
+        id="0.10", title="t", unit="tokens", integer=True,
+        reference=lambda: 153).evaluate(1).message
+    three = NumericExercise(id="0.11", title="t", unit="chips", integer=True,
+                            reference=lambda: 3)
+    assert "2x" not in three.evaluate(2).message          # one off, not a factor of 2
+    assert "prefix" not in hops.evaluate(12).message      # 11 x 1.024 rounded up is 12
+
+
 def test_a_float_id_is_refused_with_a_message(capsys):
     r = evaluate(1.10, 3)
     assert r.status == "wrong" and 'check("1.10", ...)' in r.message and "same as 1.1" in r.message
@@ -263,3 +295,20 @@ def test_a_code_answer_of_the_wrong_type_gets_a_message_never_a_hint_error(ex_id
     for value in ODD_RETURNS:
         r = evaluate(ex_id, lambda *args, value=value: value)
         assert r.status == "wrong" and r.message, (value, r)
+
+
+def test_a_choice_is_recognised_in_any_case_and_with_any_word_separator():
+    """"All Gather", "all_gather" and "--all-gather" all spell the choice "all-gather";
+    an alias (a flag's full name, say) maps to its choice; anything else is told the
+    choices. The recorded form (core.well_formed) agrees."""
+    from scalebook.exercises.kinds import ChoiceExercise
+    ex = ChoiceExercise(id="99.7", title="t", choices=("all-gather", "compute_bound"),
+                        reference=lambda: "all-gather",
+                        aliases={"xla_all_gather": "all-gather"},
+                        hints={"compute_bound": "no."})
+    for spelling in ("all-gather", "All Gather", "all_gather", "--ALL-GATHER ",
+                     "xla-all-gather"):
+        assert ex.evaluate(spelling).status == "correct", spelling
+    assert ex.evaluate("Compute bound").message == "not yet: no."
+    assert "one of" in ex.evaluate("allgather").message
+    assert ex.choice_of(3) is None and ex.choice_of("compute-bound") == "compute_bound"

@@ -70,6 +70,29 @@ PINNED = {
                      vmem_bandwidth=None),
 }
 
+# The inside of the GPUs (chapter 11), as NVIDIA's whitepapers and CUDA's guide state them
+# (on-chip memories in binary units); None on every TPU, and where NVIDIA states nothing.
+KiB, MiB = 2**10, 2**20
+_HOPPER = dict(sm_count=132, tensor_cores_per_sm=4, cuda_cores_per_sm=128,
+               tensor_flops_per_sm_clock=4096, tensor_clock=1.83 * G, boost_clock=1.98 * G,
+               register_bytes_per_sm=256 * KiB, l1_bytes_per_sm=256 * KiB,
+               smem_bytes_per_sm=228 * KiB, l2_bytes=50 * MiB)
+GPU_INSIDE = {
+    "gpu-a100": dict(sm_count=108, tensor_cores_per_sm=4, cuda_cores_per_sm=64,
+                     tensor_flops_per_sm_clock=2048, tensor_clock=1.41 * G,
+                     boost_clock=1.41 * G, register_bytes_per_sm=256 * KiB,
+                     l1_bytes_per_sm=192 * KiB, smem_bytes_per_sm=164 * KiB,
+                     l2_bytes=40 * MiB),
+    "gpu-h100": _HOPPER,
+    "gpu-h200": _HOPPER,
+    "gpu-b200": dict(sm_count=148, tensor_cores_per_sm=4, cuda_cores_per_sm=128,
+                     tensor_flops_per_sm_clock=None, tensor_clock=None, boost_clock=None,
+                     register_bytes_per_sm=256 * KiB, l1_bytes_per_sm=None,
+                     smem_bytes_per_sm=228 * KiB, l2_bytes=None),
+}
+for _name, _figures in PINNED.items():
+    _figures.update(GPU_INSIDE.get(_name, dict.fromkeys(hardware.GPU_FIELDS)))
+
 NUMERIC = [f.name for f in dataclasses.fields(hardware.Chip)
            if f.name not in ("name", "vendor", "display_name", "topology", "notes", "sources",
                              "hbm_unit")]

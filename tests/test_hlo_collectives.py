@@ -457,3 +457,48 @@ def test_cost_formula_bad_inputs():
     with pytest.raises(ValueError, match="dtype"):
         units.dtype_bytes("f31")
     assert units.dtype_bytes(jnp.bfloat16) == 2 and units.dtype_bytes("f32") == 4
+
+
+# ------------------------------------------------------------------------------------------
+# collective-permute pairs and their hops along a mesh axis (exercise 10.7's neighbour check)
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shift,hops", [(1, (1,)), (-1, (-1,)), (2, (2,)), (3, (-1,))])
+def test_permute_hops_along_y_from_a_compiled_ring_shift(shift, hops):
+    perm = [(i, (i + shift) % Y) for i in range(Y)]
+    f = smap(lambda a: jax.lax.ppermute(a, "y", perm), P("x", "y"), P("x", "y"))
+    r = only(hlo.collectives(f.lower(sds((8, 16))).compile()), "collective-permute")
+    assert r.source_target_pairs == r.groups and len(r.source_target_pairs) == 8
+    assert r.hops((X, Y), 1) == hops
+    assert r.hops((X, Y), 0) is None            # the sends run along y, not along x
+
+
+def test_permute_hops_along_x_and_across_both_axes():
+    f = smap(lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), P("x", "y"), P("x", "y"))
+    r = only(hlo.collectives(f.lower(sds((8, 16))).compile()), "collective-permute")
+    assert r.hops((X, Y), 0) == (1,)            # an axis of 2: both directions are one hop
+    assert r.hops((X, Y), 1) is None
+    text = module("  ROOT %cp = f32[4,16]{1,0} collective-permute(%p), channel_id=1, "
+                  "source_target_pairs={{0,5},{5,0},{2,2}}")
+    r = only(hlo.collectives(text), "collective-permute")
+    assert r.source_target_pairs == ((0, 5), (5, 0), (2, 2))
+    assert r.hops((2, 4), 1) is None and r.hops((2, 4), 0) is None
+    assert r.hops((8,), 0) == (-3, 3)           # on a ring of 8: 0 -> 5 is 3 hops back
+
+
+def test_permute_hops_bad_inputs():
+    text = module("  ROOT %cp = f32[4,16]{1,0} collective-permute(%p), channel_id=1, "
+                  "source_target_pairs={{0,1},{1,0}}")
+    r = only(hlo.collectives(text), "collective-permute")
+    with pytest.raises(ValueError, match="mesh dimension"):
+        r.hops((2, 4), 2)
+    with pytest.raises(ValueError, match="positive axis sizes"):
+        r.hops((), 0)
+    with pytest.raises(ValueError, match="outside a mesh"):
+        r.hops((1,), 0)
+    ar = only(hlo.collectives(module("  ROOT %ar = f32[4,16]{1,0} all-reduce(%p), "
+                                     "channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, "
+                                     "to_apply=%add")), "all-reduce")
+    assert ar.source_target_pairs == ()
+    with pytest.raises(ValueError, match="collective-permute"):
+        ar.hops((2, 4), 1)

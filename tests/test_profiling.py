@@ -178,6 +178,69 @@ def test_synthetic_trace_table():
     assert t.busy_time(0) == pytest.approx(16e-6)
 
 
+def _events(rows):
+    """A CPU-style trace: rows of (op, device, thread id, start us, duration us)."""
+    ev = [{"ph": "M", "pid": 1, "tid": t, "name": "thread_name", "args": {"name": f"w{t}"}}
+          for t in sorted({r[2] for r in rows})]
+    for name, dev, tid, ts, dur in rows:
+        ev.append({"ph": "X", "pid": 1, "tid": tid, "ts": ts, "dur": dur, "name": name,
+                   "args": {"hlo_op": name, "hlo_module": "jit_f",
+                            "device_ordinal": str(dev)}})
+    return profiling.load_trace({"traceEvents": ev})
+
+
+def test_overlapping_pairs_on_a_synthetic_trace():
+    t = _events([
+        ("ppermute.1", 0, 1, 10, 10),      # 10..20 on device 0, thread 1
+        ("ynn_fusion.1", 0, 2, 15, 10),    # 15..25, device 0, thread 2: overlaps
+        ("ynn_fusion.2", 0, 2, 20, 5),     # 20..25: starts as the permute ends, no overlap
+        ("fusion.3", 0, 3, 5, 6),          # 5..11: overlaps its first microsecond
+        ("copy.4", 0, 3, 12, 3),           # data movement: not compute
+        ("dot.5", 0, 1, 0, 5),             # same thread, before it
+        ("ynn_fusion.1", 1, 4, 15, 10),    # device 1: no collective there
+        ("all-reduce.2", 1, 5, 100, 5),    # device 1, later than everything
+    ])
+    pairs = profiling.overlapping_pairs(t)
+    assert [(c.name, m.name) for c, m in pairs] == [("ppermute.1", "fusion.3"),
+                                                    ("ppermute.1", "ynn_fusion.1")]
+    assert all(c.device == m.device == 0 for c, m in pairs)
+    assert len(profiling.overlapping_pairs(t, compute="matmul")) == 1
+    assert len(profiling.overlapping_pairs(t, compute=("data movement",))) == 1
+    assert profiling.overlapping_pairs(t, device=1) == []
+    with pytest.raises(ValueError, match="other than 'collective'"):
+        profiling.overlapping_pairs(t, compute="collective")
+    with pytest.raises(TypeError, match="Trace"):
+        profiling.overlapping_pairs({"traceEvents": []})
+
+
+def test_collective_matmul_overlaps_its_sends_and_the_all_gather_version_does_not():
+    """XLA:CPU runs a device's independent instructions on several threads: the
+    collective matmul's ppermutes run while chunk matmuls run (on another thread of the
+    same device); the plain version's all-gather feeds its only matmul, so nothing can
+    overlap it."""
+    from scalebook import sharding
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    # big enough that XLA:CPU hands the chunk matmuls to its thread pool (at 256 x 512 @
+    # 512 x 512 it runs them one after another on one thread, and nothing overlaps)
+    a = jax.device_put(jnp.ones((256, 1024)), NamedSharding(mesh, P("x", "y")))
+    w = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, P(None, "y")))
+    counts = {}
+    for fn in (sharding.allgather_matmul, sharding.collective_matmul):
+        f = jax.jit(jax.shard_map(lambda a, w, fn=fn: fn(a, w, "y"), mesh=mesh,
+                                  in_specs=(P("x", "y"), P(None, "y")),
+                                  out_specs=P("x", "y")))
+        tr = profiling.capture(f, a, w, steps=5,
+                               categories=hlo.op_categories(f.lower(a, w).compile()))
+        counts[fn.__name__] = len(profiling.overlapping_pairs(tr))
+    assert counts["allgather_matmul"] == 0 and counts["collective_matmul"] > 0, counts
+
+
+def test_a_tpu_trace_has_one_op_line_so_no_pairs():
+    tr = profiling.load_trace(profiling.real_profile("tpu_v6e_offload").trace)
+    assert profiling.overlapping_pairs(tr) == []
+
+
 @pytest.mark.parametrize("content,match", [
     (b"", "not a \\(gzipped\\) JSON trace"),
     (b"{not json", "not a \\(gzipped\\) JSON trace"),
@@ -383,3 +446,143 @@ def test_predicted_bad_input():
     ax = profiling.plot_predicted(profiling.predict_layer_profile("llama3-8b", "gpu-h100",
                                                                   4096, 4096))
     assert ax.get_xlabel() == "time (ms)"
+
+
+def test_real_profiles_ship_with_the_package():
+    """Chapter 9 reads the TPU profile in Colab, where only the installed package exists:
+    every file under scalebook/data/profiles matches the package-data patterns."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["scalebook"]
+    files = [p.relative_to(root / "scalebook").as_posix()
+             for p in (root / "scalebook" / "data").rglob("*") if p.is_file()]
+    assert len(files) >= 11
+    for f in files:
+        assert any(fnmatch.fnmatch(f, pat) and f.count("/") == pat.count("/")
+                   for pat in patterns), f
+    for name in profiling.REAL_PROFILES:
+        prof = profiling.real_profile(name)
+        assert os.path.isfile(prof.trace) and prof.hlo
+        assert set(prof.hlo) <= set(profiling.load_trace(prof.trace).modules)
+    assert "ENTRY" in profiling.real_profile("tpu_v6e_offload").hlo_text("jit_f")
+    with pytest.raises(ValueError, match="one of"):
+        profiling.real_profile("h100")
+
+
+# ------------------------------------------------------------------------------------------
+# Ops back to source lines, memory over the schedule, device memory profiles
+# ------------------------------------------------------------------------------------------
+
+def test_op_sources_give_named_scopes_and_lines():
+    import inspect
+
+    def layer(x, w):
+        with jax.named_scope("proj"):
+            h = x @ w
+        with jax.named_scope("act"):
+            return jnp.tanh(h) * 2
+
+    c = jax.jit(layer).lower(jax.ShapeDtypeStruct((64, 32), jnp.float32),
+                             jax.ShapeDtypeStruct((32, 16), jnp.float32)).compile()
+    src = hlo.op_sources(c)
+    assert set(src) == {o.name for o in hlo.ops(c)}
+    first = inspect.getsourcelines(layer)[1]
+    (mm,) = [s for s in src.values() if hlo.op_categories(c)[s.name] == "matmul"]
+    assert mm.scope == "proj" and mm.op_name.endswith("proj/dot_general")
+    assert mm.function.endswith("layer") and mm.line == first + 2 and mm.file == __file__
+    (act,) = [s for s in src.values() if s.scope == "act"]
+    assert act.line == first + 4 and act.op_name.startswith("jit(layer)/act/")
+    params = [s for s in src.values() if s.name.startswith(("x", "w"))]
+    assert params and all(s.line == 0 and s.scope == "" for s in params)
+    # the HLO text alone has no stack tables: names still, lines not
+    stripped = hlo.op_sources(hlo.hlo_text(c))
+    assert stripped[mm.name].op_name == mm.op_name and stripped[mm.name].line == 0
+    with pytest.raises(TypeError):
+        hlo.op_sources(layer)
+
+
+def test_op_sources_read_older_source_file_metadata():
+    text = """HloModule m
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %t = f32[4]{0} tanh(%p), metadata={op_type="tanh" op_name="jit(f)/blk/tanh" source_file="/src/model.py" source_line=37}
+}
+"""
+    s = hlo.op_sources(text)["t"]
+    assert (s.op_name, s.file, s.line, s.scope) == ("jit(f)/blk/tanh", "/src/model.py", 37, "blk")
+
+
+# XLA's own buffer assignment of the TPU fixture's jit_f, stored next to its HloModuleProto
+# in the XSpace (HloProto.buffer_assignment): the HBM (colour 0) temporaries are one
+# allocation of 21,474,934,784 bytes: 4 arrays of 5,368,709,120 at offsets 98,304 +
+# k x 5,368,709,120, the first 98,304 bytes holding the 32-byte tuple tables.
+XLA_TPU_JIT_F_HBM_ALLOCATION = 21_474_934_784
+
+
+def test_live_memory_matches_xla_buffer_assignment_on_the_tpu_fixture():
+    text = profiling.real_profile("tpu_v6e_offload").hlo_text("jit_f")
+    array = 5 * 1024 * 1024 * 256 * 4
+    lm = hlo.live_memory(text)
+    assert lm.peak == 4 * array and lm.at == "broadcast_add_fusion.2"
+    assert [n for n, _ in lm.live] == ["copy-start", "copy-start.2", "copy-start.4",
+                                       "broadcast_add_fusion.2"]
+    assert 0 < XLA_TPU_JIT_F_HBM_ALLOCATION - lm.peak <= 98_304
+    # nothing in HBM at the start (the inputs are in host memory, S(5)) or the end
+    assert lm.timeline[0][1] == 0 and lm.timeline[-1][1] == 0
+    assert hlo.live_memory(text, memory_space=2).peak == 3 * 4     # the copies' u32 flags
+    with pytest.raises(ValueError, match="memory_space"):
+        hlo.live_memory(text, memory_space=-1)
+
+
+def test_live_memory_of_a_cpu_program_bounds_xla():
+    """On XLA:CPU the estimate holds the arguments and every intermediate alive at once;
+    XLA may write a result over an input that dies, so its figure is at most ours."""
+    def f(x, w):
+        return jnp.tanh(x @ w) @ w.T
+
+    c = jax.jit(f).lower(jax.ShapeDtypeStruct((128, 64), jnp.float32),
+                         jax.ShapeDtypeStruct((64, 256), jnp.float32)).compile()
+    lm, m = hlo.live_memory(c), hlo.memory(c)
+    assert m.arguments + m.outputs - m.aliased <= lm.peak <= m.peak + 128 * 256 * 4
+    assert {"x.1", "w.1"} <= {n for n, _ in lm.live} or lm.peak >= m.arguments
+
+
+def test_memory_profile_finds_the_largest_buffer_and_its_line():
+    import inspect
+
+    def make():
+        return jnp.ones((512, 1024))                 # 2 MiB on device 0
+
+    big = make()
+    line = inspect.getsourcelines(make)[1] + 1
+    mesh = scalebook.make_mesh((8,), ("x",))
+    small = jax.device_put(jnp.ones((64, 8)), NamedSharding(mesh, P("x")))
+    rows = profiling.memory_profile()
+    top = rows[0]
+    assert (top.device, top.kind, top.bytes, top.count) == ("cpu:0", "buffer", 2 * 2**20, 1)
+    assert top.where()[0] == "make" and top.where()[2] == line
+    shards = [r for r in rows if r.bytes == 8 * 8 * 4 and r.where()[0] ==
+              "test_memory_profile_finds_the_largest_buffer_and_its_line"]
+    assert len({r.device for r in shards}) == 8
+    assert all(r.kind == "buffer" for r in rows)
+    assert any(r.kind == "executable" for r in profiling.memory_profile(kind=None))
+    with pytest.raises(ValueError, match="pprof"):
+        profiling.memory_profile(b"\x08\x01\x12")
+    with pytest.raises(TypeError):
+        profiling.memory_profile("profile")
+    del big, small
+
+
+def test_overlapping_pairs_can_ask_for_a_least_overlap():
+    """Chapter 10 keeps pairs that overlap by at least 10 µs (events that touch are not
+    overlap); the same function serves chapters 9 and 10."""
+    from types import SimpleNamespace as E
+    from scalebook.profiling import overlap_seconds
+
+    assert overlap_seconds(E(start=0.0, end=2.0), E(start=1.0, end=3.0)) == 1.0
+    assert overlap_seconds(E(start=0.0, end=1.0), E(start=2.0, end=3.0)) == 0.0

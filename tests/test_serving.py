@@ -224,10 +224,12 @@ def test_pareto_front_monotone(plans):
     assert len(front) >= 3
     for a, b in zip(front, front[1:]):
         assert b.step_time >= a.step_time and b.tokens_per_s_per_chip > a.tokens_per_s_per_chip
-    for p in plans:              # nothing beats a front point on both axes
+    for p in plans:              # nothing dominates a front point (section 8.6)
         for f in front:
-            assert not (p.step_time < f.step_time
-                        and p.tokens_per_s_per_chip > f.tokens_per_s_per_chip)
+            assert not (p.step_time <= f.step_time
+                        and p.tokens_per_s_per_chip >= f.tokens_per_s_per_chip
+                        and (p.step_time < f.step_time
+                             or p.tokens_per_s_per_chip > f.tokens_per_s_per_chip))
 
 
 def test_cheapest_plan(plans):
@@ -322,6 +324,38 @@ def test_slice_sizes_are_offered_shapes():
     assert serving.plan_serving("llama3-8b", "tpu-v6e").n_chips == 4
     with pytest.raises(ValueError, match="smallest tpu-v5p slice has 4 chips"):
         serving.slice_sizes("tpu-v5p", max_chips=2)
+
+
+def _weak_front(points):
+    """The one definition of section 8.6, exercise 8.11 and serving.pareto_front: a
+    point is off the front when another is at least as good on both counts (latency no
+    higher, throughput no lower), and so better on one (the points are distinct)."""
+    return sorted(p for p in points
+                  if not any(q != p and q[0] <= p[0] and q[1] >= p[1] for q in points))
+
+
+def test_pareto_front_one_definition_with_ties():
+    """serving.pareto_front, exercise 8.11's reference and the statement's definition
+    agree on points with ties on either count (issue 25): a tie on one count and a loss
+    on the other rules a point out."""
+    from types import SimpleNamespace
+
+    from scalebook.exercises import get_exercise
+    from scalebook.exercises.ch08 import _pareto_ref
+
+    ex = get_exercise("8.11")
+    cases = [c[0] for c in ex.cases] + [c[0] for c in ex.drawn_cases(b"ties", n=200)]
+    assert any(len({p[0] for p in pts}) < len(pts) for pts in cases)     # latency ties
+    assert any(len({p[1] for p in pts}) < len(pts) for pts in cases)  # throughput ties
+    for pts in cases:
+        plans = [SimpleNamespace(step_time=a, tokens_per_s_per_chip=b) for a, b in pts]
+        front = [(p.step_time, p.tokens_per_s_per_chip)
+                 for p in serving.pareto_front(plans)]
+        assert front == _pareto_ref(pts) == _weak_front(pts), pts
+    tied = [(2.0, 90.0), (3.0, 100.0), (1.0, 50.0), (2.0, 100.0)]
+    plans = [SimpleNamespace(step_time=a, tokens_per_s_per_chip=b) for a, b in tied]
+    assert [(p.step_time, p.tokens_per_s_per_chip)
+            for p in serving.pareto_front(plans)] == [(1.0, 50.0), (2.0, 100.0)]
 
 
 def test_pareto_front_is_complete(plans):

@@ -16,14 +16,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import notebooks as nbtool  # noqa: E402
 
 
+OTHERS = {"numpy": "2.3.0", "matplotlib": "3.10.0"}
+
+
 def run_setup(monkeypatch, capsys, versions, stderr="", returncode=0):
     """Run the set-up cell with scalebook 'missing', pip answering ``stderr``, and JAX's
     installed version reading ``versions`` in turn (before pip, then after)."""
-    calls = iter(versions)
+    # versions: JAX's version before pip, then after (numpy and matplotlib: as given in
+    # ``others``, the same before and after unless a pair is given)
+    phases = iter(versions)
+    state = {"n": 0, "jax": None}
+
+    def version(name):
+        if name == "jax":
+            state["jax"] = next(phases)
+            return state["jax"]
+        value = OTHERS.get(name)
+        if isinstance(value, tuple):
+            return value[0] if state["n"] < 1 else value[1]
+        return value
+
+    def counting(name):
+        out = version(name)
+        if name == "matplotlib":
+            state["n"] += 1
+        return out
+
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "scalebook" else real_find_spec(name, *a))
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: next(calls))
+    monkeypatch.setattr(importlib.metadata, "version", counting)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(
         returncode=returncode, stderr=stderr, stdout=""))
     fake = types.ModuleType("scalebook")
@@ -74,3 +96,17 @@ def test_a_failed_install_is_one_message(monkeypatch, capsys):
 def test_no_jax_at_all_is_said_plainly(monkeypatch, capsys):
     out, _ = run_setup(monkeypatch, capsys, [None, "0.12.0.1"])
     assert "pip installed JAX 0.12.0.1." in out and "None" not in out
+
+
+def test_an_upgraded_numpy_is_announced_too(monkeypatch, capsys):
+    monkeypatch.setitem(OTHERS, "numpy", ("2.0.2", "2.5.5"))
+    out, _ = run_setup(monkeypatch, capsys, ["0.12.0.1", "0.12.0.1"])
+    assert "NumPy 2.0.2 was too old for scalebook: pip installed NumPy 2.5.5." in out
+
+
+def test_a_failed_install_shows_the_cause_not_pips_notes(monkeypatch, capsys):
+    stderr = ("\x1b[31mERROR: Could not find a version that satisfies the requirement "
+              "scalebook\x1b[0m\nnote: This error originates from a subprocess\n")
+    out, _ = run_setup(monkeypatch, capsys, ["0.12.0.1"], stderr=stderr, returncode=1)
+    assert "ERROR: Could not find a version" in out and "\x1b[" not in out
+    assert "note: This error originates" not in out

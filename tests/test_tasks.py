@@ -184,3 +184,7 @@ def test_build_prints_the_placeholder_warning_before_and_after(monkeypatch, caps
     out = capsys.readouterr().out
     assert out.count("WARNING: _config.yml's repository.url is still the placeholder") == 2
     assert calls and calls[0][1] == "build"
+def test_bench_prints_the_slip_battery():
+    report = tasks.slip_battery_report()
+    assert report is not None and "specific" in report and "ring (n-1)/n" in report
+    assert report.splitlines()[-1].split()[0] == "all"

@@ -302,6 +302,17 @@ def test_bandwidth_hierarchy(chip):
         assert c.dcn_bandwidth < c.ici_link_bandwidth
 
 
+def test_bandwidth_hierarchy_says_a_gpu_node_is_switched():
+    """On an NVSwitch node there is no neighbour: any one peer is reached at the full
+    all-links rate (chapter 11.2), and HBM's figure is reads and writes together."""
+    rows = {r["level"]: r["what"] for r in topology.bandwidth_hierarchy("gpu-h100")}
+    assert "neighbour" not in rows["NVLink, all links"] + rows["NVLink, one link"]
+    assert "any GPU" in rows["NVLink, all links"] and "switch" in rows["NVLink, one link"]
+    assert "reads + writes" in rows["HBM"]
+    tpu = {r["level"]: r["what"] for r in topology.bandwidth_hierarchy("tpu-v5p")}
+    assert "neighbour" in tpu["ICI, one link"]
+
+
 def test_bandwidth_hierarchy_unknown_chip():
     with pytest.raises(UnknownNameError, match="known chips"):
         topology.bandwidth_hierarchy("tpu-v99")

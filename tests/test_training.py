@@ -214,6 +214,31 @@ def test_gpu_scale_out_reduces_inside_the_node_first():
     assert p.bound == "compute"
 
 
+def test_tp_across_two_nodes_reports_its_nvlink_and_nic_phases_apart():
+    """TP 16 over two H100 nodes (chapter 11.5): each of the TP group's all-gathers and
+    reduce-scatters runs hierarchically, 7/8 of the activations over NVLink and 1/2 of an
+    eighth of them on each GPU's card. The exposed time is split by network: the NVLink
+    phases under "nvlink", the card's under "dcn" (before, all of it was booked to
+    "dcn"); the total, and so the step, are unchanged."""
+    B, M = 2**24, 16
+    p = tr.evaluate_plan("llama3-405b", h100, tp=16, pp=8, fsdp=128, global_batch_tokens=B,
+                         seq_len=8192, microbatches=M, keep_weights=True)
+    act = B / 128 / M * 16384 * 2                 # [b_mb, D] bf16: 8192 tokens
+    nvl = 2 * (7 / 8) * act / 4.5e11              # one all-gather + one reduce-scatter
+    nic = 2 * (1 / 2) * (act / 8) / 5e10
+    pair_layers = 2 * 16                          # attention and MLP of 16 layers a stage
+    f = p.forward.exposed
+    assert f["nvlink"] == pytest.approx(pair_layers * nvl)
+    assert f["dcn"] == pytest.approx(pair_layers * nic)
+    assert p.backward.exposed["nvlink"] == pytest.approx(pair_layers * nvl)
+    # the queue on the scale-out path still holds each collective for all its phases,
+    # next to the stage's send of [b_mb / 16, D] to the next node
+    send = act / 16 / 5e10
+    assert p.forward.networks["dcn"] == pytest.approx(pair_layers * (nvl + nic) + send)
+    t = p.breakdown
+    assert t["nvlink"] > t["dcn"] > 0 and sum(t.values()) == pytest.approx(p.step_seconds)
+
+
 def test_context_parallel_gathers_keys_and_values():
     kw = dict(tp=8, fsdp=8, pp=16, global_batch_tokens=16 * 8 * 131072, seq_len=131072,
               microbatches=16, keep_weights=True)

@@ -118,6 +118,11 @@ def resolve(functions: str) -> list[tuple[str, str | None]]:
         if m.start() > pos:
             pieces.append((functions[pos:m.start()], None))
         word = m.group(0)
+        if functions[m.end():m.end() + 1] == "=" or word in ("True", "False", "None"):
+            # an argument in a call shown in the index: collective_time(..., sharp=True)
+            pieces.append((word, None))
+            pos = m.end()
+            continue
         full = None
         candidates = [f"scalebook.{word}"] if "." in word else []
         candidates += [f"{base}.{word}" for base in (owner, module) if base]

@@ -89,7 +89,7 @@ def setup_source() -> str:
     return f'''# Set-up: run this cell first. Where the book's package is missing (Colab), it is
 # installed (and JAX, if this one is too old); then JAX gets 8 devices and says what it
 # runs on. SCALEBOOK_SOURCE overrides where scalebook is installed from.
-import importlib, importlib.util, os, subprocess, sys
+import importlib, importlib.util, os, re, subprocess, sys
 if importlib.util.find_spec("scalebook") is None:
     if "jax" in sys.modules:
         print("JAX is already imported in this kernel, so installing scalebook cannot "
@@ -99,27 +99,36 @@ if importlib.util.find_spec("scalebook") is None:
                             "{install_source()}")
     print("Installing scalebook from", source)
     from importlib.metadata import version, PackageNotFoundError
-    def jax_version():
-        try:
-            return version("jax")
-        except PackageNotFoundError:
-            return None
-    jax_before = jax_version()
+    def versions():
+        out = {{}}
+        for name in ("jax", "numpy", "matplotlib"):
+            try:
+                out[name] = version(name)
+            except PackageNotFoundError:
+                out[name] = None
+        return out
+    before = versions()
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source],
                          capture_output=True, text=True)
+    plain = re.sub(r"\\x1b\\[[0-9;]*m", "", pip.stderr)     # without colour codes
+    errors = [ln.strip() for ln in plain.splitlines()
+              if ln.strip() and not ln.strip().startswith(("note:", "hint:", "╰", "│"))]
     if pip.returncode != 0:
-        print(pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else "")
+        print("\\n".join(errors[-3:]))
         print(f"Could not install scalebook from {{source}} (pip exit {{pip.returncode}}). "
               "Check the network, or set SCALEBOOK_SOURCE to a location pip accepts "
               "(a git URL, a local folder), then run this cell again.")
         raise SystemExit
-    for line in pip.stderr.splitlines():          # pip's dependency conflicts, if any
+    for line in errors:                           # pip's dependency conflicts, if any
         if "conflict" in line or "incompatible" in line or "requires" in line:
-            print("pip:", line.strip())
-    jax_after = jax_version()
-    if jax_after != jax_before:
-        print(f"JAX {{jax_before}} was too old for scalebook: pip installed JAX "
-              f"{{jax_after}}." if jax_before else f"pip installed JAX {{jax_after}}.")
+            print("pip:", line)
+    after = versions()
+    shown = {{"jax": "JAX", "numpy": "NumPy", "matplotlib": "Matplotlib"}}
+    for name in before:
+        if after[name] != before[name]:
+            print(f"{{shown[name]}} {{before[name]}} was too old for scalebook: pip "
+                  f"installed {{shown[name]}} {{after[name]}}." if before[name] else
+                  f"pip installed {{shown[name]}} {{after[name]}}.")
     importlib.invalidate_caches()
 import scalebook
 setup_info = scalebook.setup()'''

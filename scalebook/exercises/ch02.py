@@ -340,7 +340,7 @@ register(VariedNumericExercise(
     id="2.7", title="Decode floor of LLaMA-3-70B on a v6e 4x4 slice", unit="s",
     params={"model": "llama3-70b", "chip": "tpu-v6e", "shape": "4x4"},
     choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES},
-    solve=_ex7, hints_for=_ex7_hints,
+    solve=_ex7, hints_for=_ex7_hints, chips=lambda shape, **_: _chips_in(shape),
     # The chapter prints the floor of 70B on a v5e 4x4 slice (section 2.5).
     valid=lambda model, chip, shape: (
         _shape_fits(chip, shape) and _fits(model, chip, shape)
@@ -372,6 +372,9 @@ def _ex8_hints(model, chip, shape):
          f"once."),
         (lambda a: _close(a, _pcie_load(hosts, chip, w)),
          "count PCIe links per chip, not per host."),
+        (lambda a: _close(a, _pcie_load(n, chip, w) / 2),
+         "2x too small: a bf16 weight is 2 bytes, and the load crosses PCIe one way "
+         "(pcie_bandwidth is already one direction: do not double it)."),
     ]
 
 
@@ -380,7 +383,7 @@ register(VariedNumericExercise(
     id="2.8", title="Loading LLaMA-3 405B over PCIe", unit="s",
     params={"model": "llama3-405b", "chip": "tpu-v5e", "shape": "8x8"},
     choose={"model": tuple(_MODEL_TITLE), "chip": _TPUS, "shape": _SHAPES},
-    solve=_ex8, hints_for=_ex8_hints,
+    solve=_ex8, hints_for=_ex8_hints, chips=lambda shape, **_: _chips_in(shape),
     # More than one host (else per chip and per host are the same), and room in HBM.
     valid=lambda model, chip, shape: (
         _shape_fits(chip, shape) and _fits(model, chip, shape)
@@ -408,7 +411,7 @@ def _pod():
 
 register(NumericExercise(
     id="2.9", title="Copying LLaMA-3 405B between two v5e pods over DCN", unit="s",
-    reference=lambda: _dcn_copy(_pod()),
+    reference=lambda: _dcn_copy(_pod()), chips=_pod,
     hints=[
         (lambda a: _close(a, _dcn_copy(1)), "each of the pod's chips sends its own share at once."),
         (lambda a: _close(a, get_model("llama3-405b").weight_bytes(2)

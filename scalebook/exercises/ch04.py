@@ -51,6 +51,11 @@ def _words(model=None, chip=None, tokens=None, **_):
     return out
 
 
+# A count of parameters given as bf16 bytes (2 per parameter): 2x too large.
+_BYTES_NOT_PARAMS = ("2x too large: that is the size in bf16 bytes (2 per parameter); "
+                     "the question asks for parameters.")
+
+
 # 4.1 ------------------------------------------------------------------------------------
 def _with_kv(model, kv_heads):
     """The model with ``kv_heads`` key/value heads (its own count: the model itself)."""
@@ -72,6 +77,7 @@ def _ex1_hints(model, kv_heads):
          "count all four matrices: W_k and W_v too, not only W_q and W_o."),
         (lambda a: a == m.attention_params_per_layer() * m.n_layers,
          f"that is all {m.n_layers} layers; the question asks for one layer."),
+        (lambda a: a == 2 * m.attention_params_per_layer(), _BYTES_NOT_PARAMS),
     ]
 
 
@@ -153,6 +159,7 @@ register(NumericExercise(
          "that is the untied count: tying removes the separate output head."),
         (lambda a: a == _tied_8b() - _m("llama3-8b").param_breakdown().embedding,
          "you removed the V x D table twice: the tied model still has one copy."),
+        (lambda a: a == 2 * _tied_8b(), _BYTES_NOT_PARAMS),
     ],
 ))
 
@@ -171,6 +178,18 @@ def _ex4_hints(model, tokens):
          "that is the backward pass only; add the forward."),
         (lambda a: _close(a, flops / 6),
          "that is N N_tok; each parameter costs 6 FLOPs per training token."),
+    ] + _flop_count_hints(flops)
+
+
+def _flop_count_hints(flops):
+    """6 N N_tok with a multiply-add counted as 1 FLOP (3 N), or as 2 twice (12 N)."""
+    return [
+        (lambda a: _close(a, flops / 2),
+         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N in the "
+         "forward pass and 4 N in the backward, 6 N in all."),
+        (lambda a: _close(a, 2 * flops),
+         "that is 12 N N_tok: the 6 of 6 N N_tok already counts a multiply-add as 2 "
+         "FLOPs (2 N forward, 4 N backward)."),
     ]
 
 
@@ -201,7 +220,19 @@ def _ex5_hints(chip, gpus, mfu):
          f"that is at 100% of peak; the GPUs reach {mfu * 100:g}% of it (MFU)."),
         (lambda a: _close(a, days * 86_400, 0.03), "that is in seconds; convert to days."),
         (lambda a: _close(a, days * 24, 0.03), "that is in hours; convert to days."),
-    ]
+    ] + _eight_bit_peak_hint(chip, days)
+
+
+def _eight_bit_peak_hint(chip, days):
+    """The days at the chip's 8-bit peak (twice bf16's on every GPU of the table)."""
+    c = get_chip(chip)
+    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
+    if low is None:
+        return []
+    ratio = c.peak_flops(low) / c.bf16_flops
+    return [(lambda a: _close(a, days / ratio, 0.03),
+             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the training "
+             f"run's matmuls are bf16: use the dense bf16 peak.")]
 
 
 register(VariedNumericExercise(
@@ -210,6 +241,7 @@ register(VariedNumericExercise(
     choose={"chip": _GPUS, "gpus": (4096, 8192, 16_384, 24_576),
             "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
     solve=lambda chip, gpus, mfu: _days_405b(mfu, gpus, chip), hints_for=_ex5_hints,
+    chips=lambda gpus, **_: gpus,
     describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}"},
     statement="Suppose the whole LLaMA-3 405B run used {gpus:,} {chip_name} GPUs. If they "
               "sustain {pct}% of their dense bf16 peak (the book's hardware table), how many "
@@ -521,6 +553,7 @@ def _ex14_hints(model, E, k):
          f"that is the dense model: add {others} and the router of every layer."),
         (lambda a: _close(a, moe.active_params(), 0.001),
          f"very close: check the router, a D x E = D x {E} matrix in each of the {L} layers."),
+        (lambda a: a == 2 * moe.active_params(), _BYTES_NOT_PARAMS),
     ]
 
 

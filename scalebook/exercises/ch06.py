@@ -11,6 +11,7 @@ from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
                     as_number)
+from .kinds import statement_names as _words
 
 __all__: list[str] = []
 
@@ -44,17 +45,6 @@ def _sci(x, digits=None):
     return f"{mantissa}e{int(exponent)}"
 
 
-def _words(model=None, chip=None, **_):
-    """Fields for a statement: the model's and the chip's names."""
-    out = {}
-    if model is not None:
-        size = model.split("-", 1)[1].upper()
-        out.update(size=size, model_name=f"LLaMA-3 {size}")
-    if chip is not None:
-        short = chip.split("-", 1)[1]
-        out.update(chip_name=get_chip(chip).display_name,
-                   chip_short=short.upper() if chip.startswith("gpu") else short)
-    return out
 
 
 # 6.1 ------------------------------------------------------------------------------------
@@ -69,6 +59,12 @@ def _ex1_hints(model, tokens):
                                          "backward pass costs twice the forward."),
         (lambda a: _close(a, flops * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
                                              "token) to the backward (4N)."),
+        (lambda a: _close(a, flops / 2),
+         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N forward "
+         "and 4 N backward."),
+        (lambda a: _close(a, 2 * flops), "that is 12 N N_tok: the 6 already counts a "
+                                         "multiply-add as 2 FLOPs (2 N forward, 4 N "
+                                         "backward)."),
     ]
 
 
@@ -103,7 +99,19 @@ def _ex2_hints(chip, gpus, mfu):
         (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
                                           f"only {mfu:.2f} of their peak."),
         (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
-    ]
+    ] + _eight_bit_peak_hint(chip, days)
+
+
+def _eight_bit_peak_hint(chip, days):
+    """The days at the chip's 8-bit peak (twice bf16's on every GPU of the table)."""
+    c = get_chip(chip)
+    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
+    if low is None:
+        return []
+    ratio = c.peak_flops(low) / c.bf16_flops
+    return [(lambda a: _close(a, days / ratio),
+             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the run's MFU is "
+             f"of the dense bf16 peak.")]
 
 
 register(VariedNumericExercise(
@@ -111,7 +119,7 @@ register(VariedNumericExercise(
     params={"chip": "gpu-h100", "gpus": 16384, "mfu": 0.40},
     choose={"chip": _GPUS, "gpus": (4096, 8192, 16384, 24576),
             "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
-    solve=_days_405b, hints_for=_ex2_hints,
+    solve=_days_405b, hints_for=_ex2_hints, chips=lambda gpus, **_: gpus,
     describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}",
                                       "gpus_k": f"{gpus // 1024}K"},
     variant_title="Days for 405B on {gpus_k} {chip_short}s",
@@ -201,7 +209,7 @@ def _fsdp_gather_s():
 
 register(NumericExercise(
     id="6.5", title="FSDP gathers over the scale-out network", unit="s", rtol=0.03,
-    reference=_fsdp_gather_s,
+    reference=_fsdp_gather_s, ring=4,
     hints=[
         (lambda a: _close(a, _fsdp_gather_s() / 2), "that is one gather: FSDP gathers the "
                                                     "weights for the forward and again for "
@@ -273,7 +281,7 @@ register(VariedNumericExercise(
     params={"chip": "gpu-h100", "gpus": 16384, "batch": 2**24, "step": 7.0},
     choose={"chip": _GPUS, "gpus": (8192, 16384, 24576), "batch": (2**23, 2**24),
             "step": (3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0)},
-    solve=_mfu_tp, hints_for=_ex7_hints,
+    solve=_mfu_tp, hints_for=_ex7_hints, chips=lambda gpus, **_: gpus,
     valid=_ex7_ok,
     describe=lambda chip, gpus, batch, step: {**_words(chip=chip),
                                               "log2B": batch.bit_length() - 1},

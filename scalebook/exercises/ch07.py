@@ -139,7 +139,7 @@ register(VariedNumericExercise(
     params={"B": _B2, "T": _T2, "chip": "gpu-h100"},
     choose={"B": (16, 32, 48, 64, 96, 128), "T": (2048, 4096, 8192, 16384, 32768),
             "chip": _GPUS},
-    solve=_ref72, hints_for=_hints72, valid=_fits72,
+    solve=_ref72, hints_for=_hints72, valid=_fits72, chips=8,
     describe=lambda B, T, chip: {"chip_name": _chip_name(chip)},
     statement="LLaMA-3 70B in bf16 decodes a batch of {B} sequences at context $T = {T}$ "
               "with a bf16 cache on 8 {chip_name} GPUs. What is the memory-time bound "
@@ -161,6 +161,7 @@ def _ttft(causal=True, attention=True, factor=1):
 register(NumericExercise(
     id="7.3", title="Time to first token", unit="seconds", rtol=0.02,
     reference=lambda: inf.prefill_time("llama3-70b", "gpu-h100", 1, 16384, n_chips=8).time,
+    chips=8,
     hints=[
         (lambda a: _close(a, _ttft(causal=False), 0.01),
          "that counts the full S x S score matrix; a causal kernel skips the masked half."),
@@ -279,7 +280,8 @@ def _hints77(n, chip, hop_us):
         (lambda a: _close(a, v(topology="ring")),
          "2x too small: either a one-way ring (on a torus axis half the data goes each way, "
          "2 W_ici), or n - 1 latency steps instead of the all-reduce's 2 (n - 1)."),
-        (lambda a: _close(a, v() * (n - 1) / n),
+        # 0.5%: at n = 16, 15/16 of the answer is 0.7% from GiB for GB (1/1.074)
+        (lambda a: _close(a, v() * (n - 1) / n, 0.005),
          "the bandwidth term has (n - 1) / n and the latency term n - 1 steps: the n - 1 cancel, "
          "leaving 2 n W_ici t_hop."),
         (lambda a: _close(a, v() * 2),
@@ -297,7 +299,7 @@ register(VariedNumericExercise(
     params={"n": 16, "chip": "tpu-v5p", "hop_us": 2},
     choose={"n": (4, 8, 16), "chip": _TPUS, "hop_us": (1, 2, 5)},
     solve=lambda n, chip, hop_us: _v_star(n=n, chip=chip, hop_us=hop_us),
-    hints_for=_hints77,
+    hints_for=_hints77, ring=lambda n, **_: n,
     describe=lambda n, chip, hop_us: {"chip_name": _chip_name(chip)},
     statement="An all-reduce runs over one torus axis of {n} {chip_name} chips (per-link "
               "bandwidth from the hardware table, bidirectional ring) with a per-hop latency "
@@ -336,6 +338,7 @@ def _speedup(alpha=0.7, k=4, rho=0.1):
 
 def _hints79(alpha, gamma, rho):
     cost = 1 + gamma * rho
+    gain = _speedup(alpha, gamma, rho) - 1
     return [
         (lambda a: _close(a, _speedup(alpha, gamma, rho=0.0)),
          "that is the tokens per step alone; each step also pays gamma draft steps of rho each."),
@@ -344,7 +347,15 @@ def _hints79(alpha, gamma, rho):
          "token of its own)."),
         (lambda a: _close(a, (gamma + 1) / cost),
          "that assumes every draft token is accepted (alpha = 1)."),
-    ]
+        (lambda a: _close(a, 100 * _speedup(alpha, gamma, rho)),
+         "that is the speed-up as a percentage; give it as a ratio (198% is 1.98)."),
+        (lambda a: _close(a, 100 * (_speedup(alpha, gamma, rho) - 1)),
+         "that is how much faster, in percent; the speed-up is the ratio of the two "
+         "rates (1 + that gain, as a fraction)."),
+    ] + ([  # the gain, unless it is also half the speed-up (a speed-up near 2)
+        (lambda a: _close(a, gain, 0.005),
+         "that is the gain, the speed-up minus 1; give the ratio of the two rates."),
+    ] if not _close(gain, (gain + 1) / 2, 0.05) else [])
 
 
 register(VariedNumericExercise(
@@ -422,6 +433,7 @@ def _gen11(rng):
 register(CodeExercise(
     id="7.11", title="Expected tokens per target step, in code",
     reference=inf.speculative_tokens_per_step, cases=_CASES_11, rtol=1e-9,
+    unit="tokens",
     describe=lambda a, g: f"alpha={a}, gamma={g}", generate=_gen11,
     hints=[
         (lambda got, want, args: _close(as_number(got), want - 1, 1e-9),

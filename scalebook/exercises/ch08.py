@@ -160,7 +160,7 @@ _SLICE_WORDS = ("LLaMA-3 70B with int4 weights decodes a batch of {B} sequences 
 register(VariedNumericExercise(
     id="8.3", title="A decode step of 70B in int4", unit="seconds", rtol=0.03,
     params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
-    solve=_step3, hints_for=_hints3, valid=_valid3,
+    solve=_step3, hints_for=_hints3, valid=_valid3, chips=lambda n, **_: n,
     statement=_SLICE_WORDS + " What is the memory time $T_{{\\mathrm{{mem}}}}$ of one step: "
     "the matmul weights ($N_{{\\mathrm{{mm}}}}$, `matmul_params()`) and the whole cache, "
     "read once over the {n} chips' HBM bandwidth? Answer in seconds.",
@@ -190,7 +190,7 @@ _MEMORY_BOUND_WORDS = (" The step is memory-bound: it takes $T_{{\\mathrm{{mem}}
 register(VariedNumericExercise(
     id="8.4", title="Tokens per second per chip", unit="tokens/s", rtol=0.03,
     params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
-    solve=_tps4, hints_for=_hints4, valid=_valid3,
+    solve=_tps4, hints_for=_hints4, valid=_valid3, chips=lambda n, **_: n,
     statement=_SLICE_WORDS + _MEMORY_BOUND_WORDS + " How many output tokens per second "
     "does each chip of the slice produce?",
 ))
@@ -221,6 +221,7 @@ register(VariedNumericExercise(
     id="8.5", title="Dollars per million output tokens", unit="dollars", rtol=0.03,
     params={"B": _B3, "T": _T3, "n": _N3}, choose=_SLICE_CHOICES,
     solve=lambda B, T, n: _cost5(B=B, T=T, n=n), hints_for=_hints5, valid=_valid3,
+    chips=lambda n, **_: n,
     statement=_SLICE_WORDS + _MEMORY_BOUND_WORDS + " At the on-demand price of a v5e chip "
     "in the hardware table (`get_chip(\"tpu-v5e\").price_per_hour`, dollars per "
     "chip-hour), what do a million output tokens cost at that throughput (decode chips "
@@ -857,6 +858,7 @@ register(VariedNumericExercise(
             "prompt": (1024, 2048, 3000, 4096, 6000, 8192, 12000, 16384),
             "kv": ("int8", "bf16"), "n": (4, 8, 16, 32), "chip": ("tpu-v5e", "tpu-v5p")},
     solve=lambda **p: _plan15(**p).kv_transfer_time, hints_for=_hints15, valid=_valid15,
+    chips=lambda n, **_: n,
     describe=lambda model, prompt, kv, n, chip: {"short": model.split("-")[-1].upper(),
                                                  "chip_name": get_chip(chip).display_name},
     statement="In a disaggregated server, LLaMA-3 {short} ({kv} cache) prefills prompts of "

@@ -77,7 +77,7 @@ register(VariedNumericExercise(
     choose={"tp": (2, 4, 8), "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"),
             "n_seq": (1, 2, 4, 8), "seq_len": (2048, 4096, 8192)},
     solve=lambda tp, chip, n_seq, seq_len: _ar_time_91(tp, chip, n_seq * seq_len, seq_len),
-    hints_for=_hints91,
+    hints_for=_hints91, ring=lambda tp, **_: tp,
     describe=lambda tp, chip, n_seq, seq_len: {
         "chip_name": get_chip(chip).display_name, "chip_short": _chip_short(chip),
         "seqs": f"{_SEQS[n_seq]} {seq_len // 1024}K sequence{'s' if n_seq > 1 else ''}",
@@ -216,13 +216,17 @@ def _ev(name, dur, ts, device=0, hlo_op=True, tid=1):
 
 
 def _synthetic_trace(ops, extra=(), devices=4):
-    """ops: [(name, n events per device, duration us)], extra: non-HLO (name, dur)."""
+    """ops: [(name, n events per device, duration us)], extra: non-HLO (name, dur). A
+    duration may be a tuple with one value per device (devices that spend different
+    times on an op: a device that arrives last at an all-reduce waits least)."""
     events = [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "python"}},
               {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name",
                "args": {"name": "worker"}}]
     ts = 10.0
-    for name, n, dur in ops:
-        for d in range(devices):
+    for name, n, durs in ops:
+        if not isinstance(durs, tuple):
+            durs = (durs,) * devices
+        for d, dur in zip(range(devices), durs):
             for _ in range(n):
                 events.append(_ev(name, dur, ts, device=d, tid=2))
                 events.append({"ph": "X", "pid": 1, "tid": 2, "ts": ts + dur, "dur": 0.01,
@@ -275,6 +279,17 @@ def _most_events(trace_json):
     return c.most_common(1)[0][0]
 
 
+def _slowest_per_device(trace_json):
+    """{device_ordinal: the op with the largest total on that device alone}."""
+    totals = {}
+    for e in trace_json["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and "hlo_op" in args:
+            dev = totals.setdefault(str(args.get("device_ordinal")), {})
+            dev[args["hlo_op"]] = dev.get(args["hlo_op"], 0.0) + e["dur"]
+    return {d: max(t, key=t.get) for d, t in totals.items()}
+
+
 def _non_hlo_names(trace_json):
     return {e.get("name") for e in trace_json["traceEvents"]
             if e.get("ph") == "X" and "hlo_op" not in (e.get("args") or {})}
@@ -289,25 +304,40 @@ _CASES_95 = [
     (_synthetic_trace([("all-reduce.7", 1, 50.0), ("ynn_fusion.1", 3, 20.0),
                        ("multiply_add_fusion", 6, 2.0)], extra=[("train", 5000.0)],
                       devices=8),),
+    # Not the same on every device: each device spends longest on an op of its own (40 us
+    # in two events), and the all-reduce, 30 us on each, is second everywhere. Over all
+    # devices the all-reduce leads (120 us against 58), so the slowest op of any one device
+    # alone is wrong; the longest single event is the all-reduce's, so that slip is not.
+    (_synthetic_trace([("ynn_fusion.1", 2, (20.0, 3.0, 3.0, 3.0)),
+                       ("fusion.3", 2, (3.0, 20.0, 3.0, 3.0)),
+                       ("ynn_fusion.4", 2, (3.0, 3.0, 20.0, 3.0)),
+                       ("multiply_add_fusion", 2, (3.0, 3.0, 3.0, 20.0)),
+                       ("all-reduce.2", 1, 30.0)],
+                      extra=[("step", 800.0)]),),
 ]
 
 
 def _gen95(rng):
     """A synthetic trace: 2 to 5 HLO ops on 2, 4 or 8 devices, each with 1 to 6 events of
-    0.5 to 50 us, one op's total at least 5% above the others', and 0 to 2 long events
-    that are not HLO ops (a step annotation, a runtime call)."""
+    0.5 to 50 us, one op's total (over all devices) at least 5% above the others', and 0 to
+    2 long events that are not HLO ops (a step annotation, a runtime call). In half the
+    traces each device spends its own time on each op (0.5 to 50 us drawn per device)."""
     names = ["fusion.1", "fusion.2", "ynn_fusion.3", "all-reduce.4", "copy.5", "dot.6",
              "multiply_add_fusion", "convert.7", "all-gather.8"]
+    devices = rng.choice((2, 4, 8))
+    uneven = rng.random() < 0.5
     while True:
-        ops = [(name, rng.randint(1, 6), rng.randint(1, 100) / 2)
+        ops = [(name, rng.randint(1, 6),
+                tuple(rng.randint(1, 100) / 2 for _ in range(devices)) if uneven
+                else rng.randint(1, 100) / 2)
                for name in rng.sample(names, rng.randint(2, 5))]
-        totals = sorted(n * dur for _, n, dur in ops)
+        totals = sorted(n * (sum(dur) if uneven else devices * dur) for _, n, dur in ops)
         if totals[-1] > 1.05 * totals[-2]:
             break
     extra = [(name, rng.randint(1000, 10000) / 2)
              for name in rng.sample(["step", "train", "ThunkExecutor::Execute"],
                                     rng.randint(0, 2))]
-    return (_synthetic_trace(ops, extra=extra, devices=rng.choice((2, 4, 8))),)
+    return (_synthetic_trace(ops, extra=extra, devices=devices),)
 
 
 class _Lazy(list):
@@ -348,6 +378,11 @@ register(CodeExercise(
         (lambda got, want, args: got == _longest_event(args[0]),
          "that op has the longest single event; add up the durations of all events of "
          "each op (every step, every device)."),
+        (lambda got, want, args: got in _slowest_per_device(args[0]).values(),
+         "that op is the slowest of one device alone; add up the events of every device "
+         "(each event has its device_ordinal): in this trace the devices do not all spend "
+         "the same time on each op (each has a slow op of its own), so one device's "
+         "ranking is not the program's."),
         (lambda got, want, args: got == _most_events(args[0]),
          "that op has the most events; compare total durations, not counts."),
         (lambda got, want, args: not isinstance(got, str),
@@ -399,10 +434,23 @@ def _program_texts():
             x = jnp.sin(x) * 2 + 1
         return x
 
+    def cond_layer(p, x, w):          # a conditional: each branch runs its own fusions
+        return jax.lax.cond(p > 0, lambda x: jnp.tanh(x @ w) * 2, lambda x: jnp.sin(x) + 1,
+                            x)
+
+    def switch_in_scan(w, x):         # a three-way switch in a loop body
+        def body(c, wi):
+            branches = [lambda c: jnp.tanh(c @ wi), lambda c: jnp.sin(c) * 3 + 1,
+                        lambda c: jax.nn.gelu(c) @ wi]
+            return jax.lax.switch(jnp.argmax(c.sum(0)) % 3, branches, c), None
+        return jax.lax.scan(body, x, w)[0]
+
     progs = [(scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
              (mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
              (softmax_mm, (S((16, 32), f32), S((32, 64), f32))),
-             (chain, (S((1000,), f32),))]
+             (chain, (S((1000,), f32),)),
+             (cond_layer, (S((), f32), S((16, 32), f32), S((32, 32), f32))),
+             (switch_in_scan, (S((3, 32, 32), f32), S((16, 32), f32)))]
     for fn, a in progs:
         yield (jax.jit(fn).lower(*a).compile().as_text(),)
     yield (_NESTED_FUSION,)
@@ -433,22 +481,59 @@ def _drawn_program_96(kind, n, B, D, acts, reduce):
             x = fns[act](x @ w)
         return x.sum(-1) if reduce else x
 
+    def drawn_cond(x, *ws):           # n dense layers, or one elementwise op, by the sign
+        y = jax.lax.cond(x.sum() > 0, lambda x: drawn_mlp(x, *ws),
+                         lambda x: fns[acts[0]](x).sum(-1) if reduce else fns[acts[0]](x), x)
+        return y
+
+    def drawn_switch(x, *ws):         # branch k: layer k, picked by the largest column
+        branches = [lambda x, act=act, w=w: fns[act](x @ w) for act, w in zip(acts, ws)]
+        y = jax.lax.switch(jnp.argmax(x.sum(0)) % n, branches, x)
+        return y.sum(-1) if reduce else y
+
     if kind == "scan":
         fn, args = drawn_scan, (S((n, D, D), f32), S((B, D), f32))
     else:
-        fn, args = drawn_mlp, (S((B, D), f32),) + (S((D, D), f32),) * n
+        fn = {"mlp": drawn_mlp, "cond": drawn_cond, "switch": drawn_switch}[kind]
+        args = (S((B, D), f32),) + (S((D, D), f32),) * n
     with config.include_full_tracebacks_in_locations(False):
         return jax.jit(fn).lower(*args).compile().as_text()
 
 
 def _gen96(rng):
-    """A small program compiled on this CPU: n dense layers with drawn activations, or a
-    scan over n layers, on drawn shapes, with or without a final sum."""
-    kind = rng.choice(("mlp", "mlp", "scan"))
-    n = rng.randint(1, 4) if kind == "mlp" else rng.randint(2, 6)
-    acts = tuple(rng.choice(_ACTS_96) for _ in range(n if kind == "mlp" else 1))
+    """A small program compiled on this CPU: n dense layers with drawn activations, a scan
+    over n layers, a lax.cond between n layers and one elementwise op, or a lax.switch
+    between n layers, on drawn shapes, with or without a final sum."""
+    kind = rng.choice(("mlp", "mlp", "scan", "cond", "switch"))
+    n = {"mlp": rng.randint(1, 4), "scan": rng.randint(2, 6), "cond": rng.randint(1, 3),
+         "switch": rng.randint(2, 4)}[kind]
+    acts = tuple(rng.choice(_ACTS_96) for _ in range(1 if kind == "scan" else n))
     return (_drawn_program_96(kind, n, rng.choice((8, 16, 32, 64)),
                               rng.choice((16, 32, 64, 128)), acts, rng.random() < 0.4),)
+
+
+def _while_only(text):
+    """The count that follows while loops (bodies and conditions) but not the branches of
+    conditionals (the worked solution's first version)."""
+    comps, entry, _ = hlo._module(text)
+    todo, seen, count = [entry], {entry}, 0
+    while todo:
+        for ins in comps.get(todo.pop(), []):
+            count += ins.opcode == "fusion"
+            if ins.opcode == "while":
+                for c in hlo._called(ins):
+                    if c in comps and c not in seen:
+                        seen.add(c)
+                        todo.append(c)
+    return count
+
+
+def _without_tuple_fusions(text):
+    """The count with the fusions that return a tuple left out (a regex that takes the
+    type to be one word misses them)."""
+    _, _, table = hlo._module(text)
+    n = sum(1 for o in hlo.fusions(text) if table[o.name].type_text.lstrip().startswith("("))
+    return hlo.count_fusions(text) - n if n else None
 
 
 def _entry_only(text):
@@ -490,6 +575,15 @@ register(CodeExercise(
          "(kind=kCustom), and a while loop's condition runs too and can hold a fusion."),
         (lambda got, want, args: got == hlo_text_count(args[0], "kind=kLoop"),
          "matmuls are fusions too on this CPU (kind=kCustom), and reductions may be kInput."),
+        (lambda got, want, args: got == _while_only(args[0]),
+         "a conditional (lax.cond, lax.switch: opcode conditional) runs one of its "
+         "branch_computations (true_computation / false_computation in older text), and "
+         "each branch can hold fusions: count the fusions of every branch too, and of loops "
+         "and conditionals inside them."),
+        (lambda got, want, args: got == _without_tuple_fusions(args[0]),
+         "a fusion can return several arrays: then its type is a tuple, "
+         "'(f32[32]{0}, s32[32]{0}) fusion(...)' (argmax's reduce here), with spaces "
+         "inside; find the opcode after the type, whatever the type looks like."),
         (lambda got, want, args: got == _entry_only(args[0]),
          "the loop's fusions are in the while body and condition, not in the entry "
          "computation: count those too."),

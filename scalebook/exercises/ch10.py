@@ -77,7 +77,7 @@ register(VariedNumericExercise(
     choose={"n_data": (8, 16, 32), "n_model": (2, 4, 8),
             "chip": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")},
     solve=lambda n_data, n_model, chip: _ex1(n_data, n_model, chip=chip),
-    hints_for=_hints1, valid=_valid1,
+    hints_for=_hints1, valid=_valid1, ring=lambda n_data, **_: n_data,
     describe=lambda n_data, n_model, chip: {"n": n_data * n_model, "chip_short": _short(chip),
                                             "chip_name": get_chip(chip).display_name},
     variant_title="FSDP gathers of one layer on a {chip_short} slice",
@@ -106,7 +106,7 @@ def _ex2(per_layer=2, layers=None, bandwidth=None, topology="ring", batch=128):
 
 register(NumericExercise(
     id="10.2", title="Decode all-reduces for a whole token on an H100 node", unit="s",
-    reference=_ex2, rtol=0.03,
+    reference=_ex2, rtol=0.03, ring=8,
     hints=[
         (lambda a: _close(a, _ex2(layers=1)) or _close(a, _ex2(per_layer=1, layers=1)),
          "that is one layer; a decode step runs all 80 layers."),
@@ -176,7 +176,7 @@ register(VariedNumericExercise(
             "chip": ("gpu-a100", "gpu-h100", "gpu-h200", "gpu-b200"),
             "model": ("llama3-8b", "llama3-70b", "llama3-405b")},
     solve=lambda n_nodes, chip, model: _ex4(n_nodes=n_nodes, chip=chip, model=model),
-    hints_for=_hints4,
+    hints_for=_hints4, ring=lambda n_nodes, **_: n_nodes,
     describe=lambda n_nodes, chip, model: {"n": 8 * n_nodes, "chip_short": _short(chip),
                                            "model_short": _short(model)},
     variant_title="FSDP across {chip_short} nodes",
@@ -274,6 +274,20 @@ def _cm_collectives(records, case):
                 f"(the last chunk is used where it arrives, not sent on)")
     if any(r.group_size != 8 for r in perms):
         return "every device should pass its chunk to a neighbour along 'y' in each step"
+    y = MESH_AXES.index("y")
+    n = MESH_SHAPE[y]                    # y is the last mesh axis: position p % n along it
+    for r in perms:
+        hops = r.hops(MESH_SHAPE, y)
+        if hops is None:
+            return "every chunk should move along 'y' only, within its row of the mesh"
+        if any(abs(h) != 1 for h in hops):
+            k = max(abs(h) for h in hops)
+            s, t = next((s, t) for s, t in r.source_target_pairs if (t - s) % n in (k, n - k))
+            return (f"a permute sends chunks {k} hops along 'y' (from position {s % n} to "
+                    f"{t % n}); in a collective matmul each device sends only to its "
+                    f"neighbour and, in the next step, passes on the chunk it has just "
+                    f"received: the same one-hop pairs every step, e.g. "
+                    f"[(j, (j - 1) % 4) for j in range(4)]")
     return None
 
 
@@ -450,8 +464,12 @@ register(MeshProgramExercise(
     expected=lambda case, x: __import__("numpy").asarray(x), collectives_ok=_a2a_collectives,
     cases=[(8, 16), (16, 8), (4, 32)],
     describe=lambda S, H: f"x[{S},{H}]",
-    error_hints=[("split_axis", "split the heads and stack the sequence: "
-                                "all_to_all(x, 'y', split_axis=1, concat_axis=0, tiled=True)."),
+    # the hint says what the two axes do, not the call that answers the exercise
+    error_hints=[("split_axis", "all_to_all cuts each block along split_axis into "
+                                "one piece per device of 'y' and joins the pieces it "
+                                "receives along concat_axis: which dimension must end "
+                                "up split (the heads), and which whole (the "
+                                "sequence)?"),
                  ("replicated across mesh axis", "use the axis name 'y' in all_to_all: "
                                                  "only 'y' splits x.")],
 ))

@@ -249,7 +249,7 @@ def well_formed(exercise_id: Any, answer: Any) -> tuple[bool, str]:
                           f"this quantity has with the chapter's numbers: check the units.")
         return True, f"recorded: a number{unit}."
     if isinstance(ex, ChoiceExercise):
-        if not isinstance(answer, str) or answer.strip().lower() not in ex.choices:
+        if ex.choice_of(answer) is None:
             return False, f"answer with one of {', '.join(map(repr, ex.choices))}."
         return True, "recorded: one of the choices."
     if not callable(answer):

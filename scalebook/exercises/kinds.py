@@ -22,7 +22,7 @@ from .core import CORRECT, UNANSWERED, WRONG, Exercise, HintError, Result, stric
 
 __all__ = ["NumericExercise", "VariedNumericExercise", "ChoiceExercise", "CodeExercise",
            "MeshProgramExercise", "NotAttempted", "as_number", "mesh_inputs", "returns_something",
-           "is_stub", "dtype_rtol", "same_number"]
+           "is_stub", "dtype_rtol", "same_number", "statement_names"]
 
 NO_RETURN = "your function has no return (it returned None)"
 
@@ -150,27 +150,81 @@ def _is_size_unit(unit: str) -> bool:
     return "byte" in u or u.rstrip("/s").endswith(("b", "gib", "mib", "kib"))
 
 
-def _ratio_hint(ratio: float, unit: str = "") -> str | None:
-    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for sizes."""
+def _is_dimensionless(unit: str) -> bool:
+    """A fraction or a ratio (no unit, "fraction (0 to 1)", "ratio ..."): an answer that
+    a slip can turn into a percentage."""
+    return unit == "" or unit.startswith("fraction") or "ratio" in unit
+
+
+def _ratio_hint(ratio: float, unit: str = "", close=None) -> str | None:
+    """A generic hint from answer / expected. The GiB-vs-GB hint is given only for
+    sizes. ``close(factor, rtol)`` says whether the answer is the expected one times
+    ``factor`` (default: the ratio within ``rtol``; a whole-number answer passes its
+    own, which also accepts the product rounded either way)."""
+    if close is None:
+        def close(factor, rtol):
+            return math.isclose(ratio, factor, rel_tol=rtol)
     bits = " (bits vs bytes? a byte is 8 bits)" if _is_size_unit(unit) else ""
     for factor, name in [(2, "2"), (4, "4"), (8, "8")]:
         extra = bits if factor == 8 else ""
-        if math.isclose(ratio, factor, rel_tol=0.03):
+        if close(factor, 0.03):
             return f"about {name}x too large{extra}."
-        if math.isclose(ratio, 1 / factor, rel_tol=0.03):
+        if close(1 / factor, 0.03):
             return f"about {name}x too small{extra}."
+    if _is_dimensionless(unit) and close(100, 0.03):
+        what = ("as a fraction between 0 and 1 (27% is 0.27)"
+                if unit.startswith("fraction")
+                else "as a ratio, not a percentage (198% is 1.98, 27% is 0.27)")
+        return f"100x too large: that looks like a percentage; give it {what}."
     for k in range(1, 6):
         big = 10.0 ** (3 * k)
-        if math.isclose(ratio, big, rel_tol=0.1):
+        if close(big, 0.1):
             return f"{big:.0e}x too large: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
-        if math.isclose(ratio, 1 / big, rel_tol=0.1):
+        if close(1 / big, 0.1):
             return f"{big:.0e}x too small: check the units (bytes vs GB, s vs ms, FLOPs vs TFLOPs)."
     prefixes = {1: "KiB is 2**10 bytes, kB is 1e3", 2: "MiB is 2**20 bytes, MB is 1e6",
                 3: "GiB is 2**30 bytes, GB is 1e9 bytes"}
     for k in (3, 2, 1) if _is_size_unit(unit) else ():
-        if math.isclose(ratio, 1.024 ** k, rel_tol=0.004) or math.isclose(ratio, 1.024 ** -k, rel_tol=0.004):
+        if close(1.024 ** k, 0.004) or close(1.024 ** -k, 0.004):
             return f"off by a binary/decimal prefix: {prefixes[k]}."
     return None
+
+
+def _declared_hint(close, ring: tuple, chips: int | None, unit: str) -> str | None:
+    """A hint for the slips an exercise declares it can have: the ring factor (n - 1)/n
+    of a collective over n chips dropped or added, and per chip vs all the chips."""
+    if chips:
+        bits = (" (or bits vs bytes: a byte is 8 bits)"
+                if chips == 8 and _is_size_unit(unit) else "")
+        if close(chips, 0.03):
+            return (f"{chips}x too large, the number of chips: per chip vs all {chips} "
+                    f"chips together?{bits}")
+        if close(1 / chips, 0.03):
+            return (f"{chips}x too small, the number of chips: per chip vs all {chips} "
+                    f"chips together?{bits}")
+    for n in ring:
+        frac = f"{n - 1}/{n}"
+        if close(n / (n - 1), 0.003):
+            return (f"{n}/{n - 1} of the answer, too large: the ring factor "
+                    f"(n - 1)/n = {frac} (n = {n}) left out?")
+        if close((n - 1) / n, 0.003):
+            return (f"{frac} of the answer, too small: the ring factor (n - 1)/n = "
+                    f"{frac} (n = {n}) applied where it does not belong, or twice?")
+    return None
+
+
+def _integer_close(value: float, expected: float):
+    """``close`` for a whole-number answer: the ratio within the tolerance, or the
+    product ``expected * factor`` rounded down or up when that product is at least one
+    away from the answer (so 12 for 11 is not "x 1.024, rounded up") and the answer is
+    not one off (2 for 3 is a rounding slip, not "2x too small")."""
+    def close(factor, rtol):
+        if math.isclose(value / expected, factor, rel_tol=rtol):
+            return True
+        product = expected * factor
+        return (abs(product - expected) >= 1 and abs(value - expected) > 1
+                and value in (math.floor(product), math.ceil(product)))
+    return close
 
 
 @dataclass
@@ -179,7 +233,13 @@ class NumericExercise(Exercise):
 
     ``reference`` computes the answer from scalebook (never a typed-in number).
     ``hints`` is a list of (predicate on the answer, message) for specific mistakes, e.g.
-    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``.
+    ``(lambda a: close(a, 2 * ref()), "did you count the weights twice?")``. They are
+    tried first; then rounding; then the slips the exercise declares: ``ring=n`` (or a
+    tuple of n) for an answer with a collective over n chips, whose ring factor
+    (n - 1)/n a slip drops or adds, and ``chips=n`` for one a slip can give per chip
+    instead of for all n chips or the reverse (a VariedNumericExercise may give either
+    as a function of its parameters); then the unit's generic slips (x2, x4, x8, bits
+    and bytes, x1000 prefixes, GB and GiB, a percentage for a fraction or a ratio).
     """
 
     unit: str = ""
@@ -187,6 +247,29 @@ class NumericExercise(Exercise):
     rtol: float = 0.05
     integer: bool = False
     hints: list = field(default_factory=list)
+    # What the generic hints may name besides the unit's slips (a VariedNumericExercise
+    # may give each as a function of its parameters): ``ring``, the group size(s) n of
+    # the collective(s) the answer involves, whose ring factor (n - 1)/n a slip drops or
+    # adds; ``chips``, the number of chips whose per-chip and whole-slice counts a slip
+    # confuses.
+    ring: object = ()
+    chips: object = None
+
+    def _declared(self, value):
+        return value() if callable(value) else value
+
+    def ring_sizes(self) -> tuple:
+        """The n of each ring factor (n - 1)/n this exercise's answer may involve."""
+        n = self._declared(self.ring)
+        if not n:
+            return ()
+        return tuple(sorted({int(k) for k in ((n,) if isinstance(n, numbers.Integral)
+                                               else n) if int(k) >= 2}))
+
+    def chip_count(self) -> int | None:
+        """The number of chips a per-chip count and a whole-slice count differ by."""
+        n = self._declared(self.chips)
+        return int(n) if n and int(n) > 1 else None
 
     def evaluate(self, answer) -> Result:
         if answer is Ellipsis:
@@ -223,7 +306,14 @@ class NumericExercise(Exercise):
         if rounded:                                 # then rounding, before the unit slips
             return self._result(WRONG, "not yet: " + rounded)
         if expected != 0 and value != 0 and (value > 0) == (expected > 0):
-            hint = _ratio_hint(value / expected, self.unit)
+            if self.integer:
+                close = _integer_close(value, expected)
+            else:
+                def close(factor, rtol, ratio=value / expected):
+                    return math.isclose(ratio, factor, rel_tol=rtol)
+            hint = (_declared_hint(close, self.ring_sizes(), self.chip_count(),
+                                   self.unit)
+                    or _ratio_hint(value / expected, self.unit, close))
             if hint:
                 return self._result(WRONG, "not yet: " + hint)
             direction = "large" if value > expected else "small"
@@ -270,6 +360,9 @@ class VariedNumericExercise(NumericExercise):
         if not self.hints and self.hints_for is not None:
             self.hints = list(self.hints_for(**params))
 
+    def _declared(self, value):
+        return value(**self.params) if callable(value) else value
+
     def with_variant(self, params: dict) -> "VariedNumericExercise":
         if not isinstance(params, dict):
             raise TypeError(f"a variant is a dict of parameters, got {type(params).__name__}")
@@ -311,20 +404,45 @@ class VariedNumericExercise(NumericExercise):
         return self.variant_title.format(**self.params, **extra)
 
 
+def _spelling(text: str) -> str:
+    """A choice as typed, reduced to its words: lower case, leading dashes dropped, and
+    spaces, hyphens and underscores all one underscore ("--Latency-hiding scheduler" ->
+    "latency_hiding_scheduler")."""
+    return re.sub(r"[\s_-]+", "_", text.strip().lower()).strip("_")
+
+
 @dataclass
 class ChoiceExercise(Exercise):
-    """An answer that is one of a few words, e.g. "compute" or "memory"."""
+    """An answer that is one of a few words, e.g. "compute" or "memory".
+
+    A choice is recognised whatever its case, and with spaces, hyphens or underscores
+    between its words; ``aliases`` maps other accepted spellings (a flag's full name, say)
+    to the choice they mean."""
 
     choices: tuple = ()
     reference: Callable[[], str] = None
     hints: dict = field(default_factory=dict)   # wrong choice -> hint
+    aliases: dict = field(default_factory=dict)  # another spelling -> one of the choices
+
+    def choice_of(self, answer) -> str | None:
+        """The choice ``answer`` spells, or None."""
+        if not isinstance(answer, str):
+            return None
+        words = _spelling(answer)
+        for c in self.choices:
+            if words == _spelling(c):
+                return c
+        for other, c in self.aliases.items():
+            if words == _spelling(other):
+                return c
+        return None
 
     def evaluate(self, answer) -> Result:
         if answer is Ellipsis:
             return self._result(UNANSWERED, "not attempted yet: replace ... with your answer.")
-        if not isinstance(answer, str) or answer.strip().lower() not in self.choices:
+        a = self.choice_of(answer)
+        if a is None:
             return self._result(WRONG, f"answer with one of {', '.join(map(repr, self.choices))}; got {answer!r:.60}.")
-        a = answer.strip().lower()
         if a == self.reference():
             return self._result(CORRECT, "correct.")
         return self._result(WRONG, "not yet: " + self.hints.get(a, "think again about which time is largest."))
@@ -476,6 +594,8 @@ class MeshProgramExercise(Exercise):
     mesh_axes: tuple = ("x", "y")
     answer_args: Callable | None = None     # case -> args, when the answer is data
     program_ok: Callable | None = None      # (StableHLO text, case): raises if its form is wrong
+    # (result, expected, case) -> what is wrong with numbers that differ, or None
+    numbers_hint: Callable | None = None
 
     def _label(self, case) -> str:
         return self.describe(*case) if self.describe else repr(case)
@@ -500,9 +620,18 @@ class MeshProgramExercise(Exercise):
         want = np.asarray(self.expected(case, *args))
         if got.shape != want.shape:
             return self._result(WRONG, f"not yet: for {label} the result has shape "
-                                       f"{got.shape}, expected {want.shape}.")
+                                       f"{got.shape}, expected {want.shape} (the whole "
+                                       f"array: every device's block put together).")
         if not np.allclose(got, want, rtol=self.rtol, atol=self.rtol * float(np.abs(want).max() or 1)):
-            return self._result(WRONG, f"not yet: wrong numbers for {label}.")
+            extra = None
+            if self.numbers_hint is not None:
+                try:
+                    extra = self.numbers_hint(got, want, case)
+                except Exception as e:       # a bug in the check, not the answer
+                    if strict_checks():
+                        raise HintError(f"numbers_hint raised {type(e).__name__}: {e}") from e
+            return self._result(WRONG, f"not yet: wrong numbers for {label}"
+                                       + (f": {extra}" if extra else "."))
         records = hlo.collectives(compiled)
         problem = self.collectives_ok(records, case)
         if problem:
@@ -680,6 +809,22 @@ def _unsafe_calls(text: str) -> str:
     targets = set(re.findall(r"custom_call\s*@([\w.$-]+)", text))
     targets |= set(re.findall(r'call_target_name\s*=\s*"([^"]+)"', text))
     return ", ".join(sorted(t for t in targets if t not in _SAFE_TARGETS))
+
+
+def statement_names(model=None, chip=None, **_):
+    """Fields for a variant's statement: a LLaMA-3 model's size and name ("70B",
+    "LLaMA-3 70B") and a chip's display and short names ("TPU v5e", "v5e"; "H100")."""
+    from ..hardware import get_chip
+
+    out = {}
+    if model is not None:
+        size = model.split("-", 1)[1].upper()
+        out.update(size=size, model_name=f"LLaMA-3 {size}")
+    if chip is not None:
+        short = chip.split("-", 1)[1]
+        out.update(chip_name=get_chip(chip).display_name,
+                   chip_short=short.upper() if chip.startswith("gpu") else short)
+    return out
 
 
 def mesh_inputs(shapes, seed):
