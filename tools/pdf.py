@@ -188,6 +188,15 @@ PREPARE = r"""([minFont, scale]) => {
     const a = document.createElement('a'); a.href = '#' + id; holder.append(a);
   }
   document.body.append(holder);
+  // Nothing hangs below a page's last line: the bottom margins at the end of each page of the
+  // book would otherwise run over onto a sheet of their own before the next page's break.
+  for (const sec of art.querySelectorAll('section')) {
+    if (!isDoc(sec) && sec !== root) continue;
+    for (let e = sec; e; e = e.lastElementChild) {
+      e.style.setProperty('margin-bottom', '0', 'important');
+      e.style.setProperty('padding-bottom', '0', 'important');
+    }
+  }
   // 4. fit wide blocks
   const tooWide = el => el.scrollWidth > el.clientWidth + 1;
   let shrunk = 0, wrapped = 0;
