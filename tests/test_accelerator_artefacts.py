@@ -249,10 +249,18 @@ def test_real_tpu_hlo_host_offload_and_all_reduce():
     psum_text = fixture_hlo("tpu_v6e_offload.jit__psum")
     (ar,) = [o for o in hlo.ops(psum_text) if o.category == "collective"]
     assert ar.name == "all-reduce"
-    (rec,) = hlo.collectives(psum_text, num_devices=4)
+    # the groups the trace's long_name gives, restored by make_fixtures.py (this JAX's
+    # printer leaves the proto's iota list out and prints replica_groups={})
+    assert "replica_groups={}" not in psum_text
+    (rec,) = hlo.collectives(psum_text)
     nbytes = 5 * 1024 * 1024 * 256 * 4
-    assert rec.kind == "all-reduce" and rec.bytes_per_device == ring_bytes("all-reduce",
-                                                                           nbytes, 4)
+    assert rec.kind == "all-reduce" and rec.group_size == 2
+    assert rec.groups == ((0, 4), (1, 5), (2, 6), (3, 7))      # 4 pairs over 8 chips
+    assert rec.bytes_per_device == ring_bytes("all-reduce", nbytes, 2)
+    trace = profiling.load_trace(str(TRACES / "tpu_v6e_offload.trace.json.gz"))
+    long_name = trace.select(module="jit__psum")[0].args["long_name"]
+    assert "replica_groups=[4,2]<=[2,4]T(1,0)" in long_name
+    assert hlo.parse_replica_groups("[4,2]<=[2,4]T(1,0)") == rec.groups
 
 
 # ------------------------------------------------------------------------------------------

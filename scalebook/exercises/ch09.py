@@ -662,6 +662,29 @@ register(MeshProgramExercise(
 
 
 # 9.8 compile once ------------------------------------------------------------------------------
+# The update clips the gradient when the learning rate is large, a Python branch on the
+# value in the statement's code (which forces lr to be static there); the answer selects
+# with jnp.where (or lax.cond) on the traced lr. Section 9.4's jitted sgd_update has no
+# branch, so it is not the answer.
+CLIP_ABOVE = 0.1
+
+
+def _update_ref(w, g, lr):
+    import numpy as np
+    return w - lr * (np.clip(g, -1.0, 1.0) if lr > CLIP_ABOVE else g)
+
+
+def _raised(text):
+    """The message for an update that raised ``text`` ("TypeName: message"): its first
+    line, after what to do about a Python branch on the traced lr."""
+    first = str(text).strip().splitlines()[0][:300] if str(text).strip() else "?"
+    if "Tracer" in text or "concrete value" in text:
+        return ("your function raised an error because a Python if on lr cannot run while "
+                "JAX traces lr as an array: choose between the two gradients with "
+                f"jnp.where (or jax.lax.cond). JAX said: {first}")
+    return f"your function raised {first}"
+
+
 @dataclass
 class _CompileOnceExercise(Exercise):
     lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125)
@@ -700,15 +723,24 @@ class _CompileOnceExercise(Exercise):
     def _wrong_numbers(self, got, w, g, lr):
         import numpy as np
         got = np.asarray(got)
-        if got.shape != w.shape or not np.allclose(got, w - lr * g, rtol=1e-5, atol=1e-6):
-            return self._result(WRONG, f"not yet: wrong numbers for lr={lr} (expected w - lr * g).")
+        if got.shape != w.shape or not np.allclose(got, _update_ref(w, g, lr), rtol=1e-5,
+                                                   atol=1e-6):
+            return self._result(WRONG, f"not yet: wrong numbers for lr={lr}{self._which(lr)}.")
         return None
+
+    @staticmethod
+    def _which(lr):
+        if lr > CLIP_ABOVE:
+            return (f" (above {CLIP_ABOVE} the update uses the gradient clipped to [-1, 1]: "
+                    f"w - lr * clip(g, -1, 1))")
+        return f" (at or below {CLIP_ABOVE} the gradient is not clipped: w - lr * g)"
 
     def _static(self, extra):
         return self._result(WRONG, f"not yet: {len(self.lrs)} new learning rates compiled "
                                    f"{extra} new programs. lr is static (static_argnums/"
                                    f"static_argnames, or closed over and re-jitted): pass it as "
-                                   f"an ordinary argument so JAX traces it.")
+                                   f"an ordinary argument so JAX traces it, and choose the "
+                                   f"gradient with jnp.where (or jax.lax.cond), not a Python if.")
 
     def _done(self):
         return self._result(CORRECT, f"correct: right numbers, and {len(self.lrs)} learning "
@@ -732,8 +764,7 @@ class _CompileOnceExercise(Exercise):
                         return wrong
                 extra = profiling.compilations() - n0
             except Exception as e:
-                return self._result(WRONG, f"your function raised {type(e).__name__}: "
-                                           f"{str(e)[:300]}")
+                return self._result(WRONG, _raised(f"{type(e).__name__}: {e}"))
             if extra:
                 return self._static(extra)
         return self._done()
@@ -773,11 +804,13 @@ class _CompileOnceExercise(Exercise):
         if not isinstance(records, list) or len(records) != len(self.shapes):
             return self._result(WRONG, "the update could not be read back from your notebook.")
         rng = np.random.default_rng(seed)
-        lrs = [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs))]
+        # drawn per student, with one learning rate on each side of the clipping threshold
+        lrs = [float(rng.uniform(CLIP_ABOVE + 0.05, 0.5)), float(rng.uniform(1e-3, CLIP_ABOVE))]
+        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 2)]
         for shape, rec in zip(self.shapes, records):
             if not isinstance(rec, dict) or "program" not in rec:
                 text = rec.get("error", "?") if isinstance(rec, dict) else "?"
-                return self._result(WRONG, f"your function raised {str(text)[:300]}")
+                return self._result(WRONG, _raised(str(text)))
             try:
                 exp = jax.export.deserialize(bytearray(base64.b64decode(rec["program"])))
                 unsafe = _unsafe_calls(exp.mlir_module())
@@ -795,8 +828,8 @@ class _CompileOnceExercise(Exercise):
                 for lr in lrs:
                     wrong = self._wrong_numbers(run(w, g, np.float32(lr)), w, g, np.float32(lr))
                     if wrong:
-                        return self._result(WRONG, "not yet: wrong numbers for a learning rate "
-                                                   "of the grader's (expected w - lr * g).")
+                        return self._result(WRONG, f"not yet: wrong numbers for a learning "
+                                                   f"rate of the grader's{self._which(lr)}.")
             except Exception as e:
                 return self._result(WRONG, f"the update could not be run: "
                                            f"{type(e).__name__}: {str(e)[:200]}")
