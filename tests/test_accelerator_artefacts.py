@@ -175,8 +175,10 @@ def test_gpu_loader_synthetic_forms():
     assert e.duration == pytest.approx(5e-6) and e.start == pytest.approx(40e-6)
     # kernels that name no op (a CUDA graph / command buffer): say so, never count the host
     graph = dict(kernel, args={"correlation_id": "4"})
-    with pytest.raises(profiling.TraceError, match="command buffer"):
+    with pytest.raises(profiling.TraceError, match="command buffer") as err:
         profiling.load_trace({"traceEvents": base + [host_launch, graph]})
+    # recent XLA profiles op by op unless this flag is set: the message names it first
+    assert "--xla_enable_command_buffers_during_profiling" in str(err.value)
 
 
 def test_a_loop_is_not_counted_on_top_of_its_body():

@@ -512,3 +512,25 @@ def test_drawn_traces_and_programs():
         assert slowest_op(trace) == get_exercise("9.5").reference(trace)
     for (text,) in get_exercise("9.6").drawn_cases(b"spec", n=6):
         assert n_fusions(text) == get_exercise("9.6").reference(text)
+
+
+def test_9_6_a_count_of_every_fusion_fails_early_and_drawn_programs_nest_too():
+    """The commonest slip, counting every " fusion(" of the text, fails on the second
+    program (the hand-written nested one), not only at the end; and the programs drawn per
+    student include nested fusions too (one draw in six)."""
+    import random
+
+    from scalebook import hlo
+    from scalebook.exercises import ch09, get_exercise
+
+    r = evaluate("9.6", lambda t: t.count(" fusion("))
+    assert r.status == "wrong" and "nested_fusion" in r.message, r
+    assert list(get_exercise("9.6").cases)[1] == (ch09._NESTED_FUSION,)
+
+    class Nested(random.Random):
+        def random(self):
+            return 0.0
+
+    (drawn,) = ch09._gen96(Nested(3))
+    assert drawn.count(" fusion(") > hlo.count_fusions(drawn) >= 1
+    assert n_fusions(drawn) == hlo.count_fusions(drawn)

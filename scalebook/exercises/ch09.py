@@ -445,15 +445,21 @@ def _program_texts():
             return jax.lax.switch(jnp.argmax(c.sum(0)) % 3, branches, c), None
         return jax.lax.scan(body, x, w)[0]
 
-    progs = [(scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
-             (mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
+    progs = [(mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
+             "nested",
+             (scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
              (softmax_mm, (S((16, 32), f32), S((32, 64), f32))),
              (chain, (S((1000,), f32),)),
              (cond_layer, (S((), f32), S((16, 32), f32), S((32, 32), f32))),
              (switch_in_scan, (S((3, 32, 32), f32), S((16, 32), f32)))]
-    for fn, a in progs:
+    # the hand-written nested case second, after one program whose matmul is a kCustom
+    # fusion: a count of every " fusion(" or of every kLoop fusion is told apart early
+    for prog in progs:
+        if prog == "nested":
+            yield (_NESTED_FUSION,)
+            continue
+        fn, a = prog
         yield (jax.jit(fn).lower(*a).compile().as_text(),)
-    yield (_NESTED_FUSION,)
 
 
 _ACTS_96 = ("tanh", "gelu", "relu", "sin")
@@ -500,10 +506,45 @@ def _drawn_program_96(kind, n, B, D, acts, reduce):
         return jax.jit(fn).lower(*args).compile().as_text()
 
 
+def _nested_program_96(k, inner, width):
+    """A hand-written module whose entry runs k fusions in a chain, each calling a fused
+    computation that holds ``inner`` fusions of its own (as XLA nests them on some
+    backends): the program runs k fusions, and the text holds k * (1 + inner)."""
+    t = f"f32[{width}]"
+    lines = [f"HloModule nested_{k}_{inner}, entry_computation_layout={{({t}{{0}})->{t}{{0}}}}",
+             ""]
+    for i in range(k):
+        for j in range(inner):
+            lines += [f"%fused_inner.{i}.{j} (p.{i}.{j}: {t}) -> {t} {{",
+                      f"  %p.{i}.{j} = {t}{{0}} parameter(0)",
+                      f"  ROOT %sine.{i}.{j} = {t}{{0}} sine({t}{{0}} %p.{i}.{j})", "}", ""]
+        body = [f"%fused_outer.{i} (q.{i}: {t}) -> {t} {{", f"  %q.{i} = {t}{{0}} parameter(0)"]
+        prev = f"%q.{i}"
+        for j in range(inner):
+            name = f"%inner_fusion.{i}.{j}"
+            root = "ROOT " if j == inner - 1 else ""
+            body.append(f"  {root}{name} = {t}{{0}} fusion({t}{{0}} {prev}), kind=kLoop, "
+                        f"calls=%fused_inner.{i}.{j}")
+            prev = name
+        lines += body + ["}", ""]
+    lines += [f"ENTRY %main (x.1: {t}) -> {t} {{", f"  %x.1 = {t}{{0}} parameter(0)"]
+    prev = "%x.1"
+    for i in range(k):
+        root = "ROOT " if i == k - 1 else ""
+        lines.append(f"  {root}%outer_fusion.{i} = {t}{{0}} fusion({t}{{0}} {prev}), "
+                     f"kind=kLoop, calls=%fused_outer.{i}")
+        prev = f"%outer_fusion.{i}"
+    return "\n".join(lines + ["}", ""])
+
+
 def _gen96(rng):
     """A small program compiled on this CPU: n dense layers with drawn activations, a scan
     over n layers, a lax.cond between n layers and one elementwise op, or a lax.switch
-    between n layers, on drawn shapes, with or without a final sum."""
+    between n layers, on drawn shapes, with or without a final sum; or (one draw in six) a
+    hand-written module with fusions nested inside fused computations."""
+    if rng.random() < 1 / 6:
+        return (_nested_program_96(rng.randint(1, 4), rng.randint(1, 3),
+                                   rng.choice((4, 8, 16))),)
     kind = rng.choice(("mlp", "mlp", "scan", "cond", "switch"))
     n = {"mlp": rng.randint(1, 4), "scan": rng.randint(2, 6), "cond": rng.randint(1, 3),
          "switch": rng.randint(2, 4)}[kind]
@@ -557,15 +598,17 @@ def _entry_name(text):
 
 
 register(CodeExercise(
-    id="9.6", title="Count the fusions", reference=hlo.count_fusions, cases=_Lazy([], _program_texts),
+    id="9.6", title="Count the fusions", reference=hlo.count_fusions,
+    cases=_Lazy([], _program_texts),
     generate=_gen96,
     compare=lambda got, want: not isinstance(got, bool) and got == want,
     describe=lambda t: f"the program {hlo.hlo_text(t).split(',')[0].split()[-1]}",
     hints=[
         (lambda got, want, args: got == args[0].count(" fusion(") != want,
-         "a fused computation can itself hold a fusion instruction (the last test program "
+         "a fused computation can itself hold a fusion instruction (this test program "
          "does): count the fusions of the computations the program runs (the entry, while "
-         "bodies and conditions, conditional branches), not of those a fusion calls."),
+         "bodies and conditions, conditional branches, what a call runs), not of those a "
+         "fusion calls."),
         (lambda got, want, args: got == hlo_text_count(args[0], "fusion"),
          "counting the word 'fusion' also counts instruction names (ynn_fusion) and "
          "calls=%fused_computation attributes: count instructions whose opcode is fusion."),

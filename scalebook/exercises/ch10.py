@@ -81,8 +81,10 @@ register(VariedNumericExercise(
                                             "chip_name": get_chip(chip).display_name},
     variant_title="FSDP gathers of one layer on a {chip_short} slice",
     statement="LLaMA-3 70B is trained with the layer shardings of section 10.9 on {n} "
-              "{chip_name} chips arranged as `data` = {n_data} by `model` = {n_model} (each "
-              "a torus axis). In one layer's forward pass, each chip all-gathers, over "
+              "{chip_name} chips arranged as `data` = {n_data} by `model` = {n_model}, each "
+              "mesh axis modelled as one torus axis (a bidirectional ring; the slice's real "
+              "torus may be shaped otherwise). In one layer's forward pass, each chip "
+              "all-gathers, over "
               "`data`, its `model` shard of all seven weight matrices (the layer's "
               "parameters except the two norm vectors, in bf16). How long do these "
               "all-gathers take in total, in seconds, by the chapter-3 model?",
