@@ -283,11 +283,13 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
       (``cuLaunchKernel``, ``hipModuleLaunchKernel``) carry the same ``hlo_op`` but are
       CPU time, and are left out. On a TPU they are the events of the "XLA Ops" line,
       named by the op, with the program taken from the "XLA Modules" line around them.
-      When XLA:GPU runs a program as command buffers (CUDA graphs, the default for many
-      programs), the kernels of a graph may carry no op name, or all that of one command
-      buffer: per-op attribution is lost there, and a trace whose device events name no
-      op at all raises :class:`TraceError` saying so (the XLA flag
-      ``--xla_gpu_enable_command_buffer=`` turns command buffers off for profiling).
+      XLA:GPU runs parts of many programs as command buffers (CUDA graphs), whose kernels
+      would carry no op name, or all that of one command buffer. Recent XLA switches to
+      running op by op while the profiler is active, so a trace keeps per-op attribution
+      by default; it is lost when ``--xla_enable_command_buffers_during_profiling`` is
+      set, or on an older XLA without that switch. A trace whose device events name no op
+      at all raises :class:`TraceError` saying so (``--xla_gpu_enable_command_buffer=``,
+      empty, turns command buffers off altogether).
     * **CPU** (no device process; XLA:CPU runs ops on host threads): events whose
       ``args`` name an ``hlo_op``, on the device of their ``args.device_ordinal``.
 
@@ -372,8 +374,10 @@ def load_trace(source, keep_runtime: bool = False) -> "Trace":
         if on_device:
             raise TraceError("the trace's device events name no HLO op (no args.hlo_op, no "
                              "'XLA Ops' line): on a GPU, command buffers (CUDA graphs) hide "
-                             "per-op attribution; profile with XLA_FLAGS="
-                             "--xla_gpu_enable_command_buffer= to see each op")
+                             "per-op attribution. Recent XLA runs op by op while profiling "
+                             "unless --xla_enable_command_buffers_during_profiling is set: "
+                             "unset it, or on an older XLA profile with XLA_FLAGS="
+                             "--xla_gpu_enable_command_buffer= (empty) to see each op")
         raise TraceError("the trace holds no executed HLO ops (no event with args.hlo_op): "
                          "was anything run (and block_until_ready called) inside "
                          "jax.profiler.trace?")

@@ -429,18 +429,38 @@ def test_9_7_wrong_numbers_and_malformed():
 # 9.8 compile once
 # ------------------------------------------------------------------------------------------
 
+def clipped_update(w, g, lr):
+    return w - lr * jnp.where(lr > 0.1, jnp.clip(g, -1.0, 1.0), g)
+
+
+def branchy_update(w, g, lr):          # the statement's code: a Python if on lr
+    if lr > 0.1:
+        g = jnp.clip(g, -1.0, 1.0)
+    return w - lr * g
+
+
 def test_9_8_right_answer():
-    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * g))
+    r = evaluate("9.8", lambda: jax.jit(clipped_update))
     assert r.correct, r
+    cond = lambda w, g, lr: w - lr * jax.lax.cond(lr > 0.1, lambda g: jnp.clip(g, -1, 1),
+                                                  lambda g: g, g)
+    assert evaluate("9.8", lambda: jax.jit(cond)).correct
 
 
 def test_9_8_static_lr_is_rejected_with_hint():
-    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * g, static_argnums=2))
-    assert r.status == "wrong" and "static" in r.message, r
+    r = evaluate("9.8", lambda: jax.jit(branchy_update, static_argnums=2))
+    assert r.status == "wrong" and "static" in r.message and "jnp.where" in r.message, r
 
 
 def test_9_8_other_mistakes():
-    assert "jitted" in evaluate("9.8", lambda: (lambda w, g, lr: w - lr * g)).message
+    assert "jitted" in evaluate("9.8", lambda: clipped_update).message
+    r = evaluate("9.8", lambda: jax.jit(branchy_update))        # lr traced, Python if
+    assert r.status == "wrong" and "Python if" in r.message and "jnp.where" in r.message, r
+    # section 9.4's update, without the clipping: wrong above 0.1
+    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * g))
+    assert "wrong numbers" in r.message and "clipped" in r.message, r
+    r = evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w - lr * jnp.clip(g, -1, 1)))
+    assert "wrong numbers" in r.message and "not clipped" in r.message, r
     assert "wrong numbers" in evaluate("9.8", lambda: jax.jit(lambda w, g, lr: w + lr * g)).message
     assert evaluate("9.8", lambda: None).status == "not attempted"
     assert "raised" in evaluate("9.8", lambda: 1 / 0).message
@@ -492,3 +512,25 @@ def test_drawn_traces_and_programs():
         assert slowest_op(trace) == get_exercise("9.5").reference(trace)
     for (text,) in get_exercise("9.6").drawn_cases(b"spec", n=6):
         assert n_fusions(text) == get_exercise("9.6").reference(text)
+
+
+def test_9_6_a_count_of_every_fusion_fails_early_and_drawn_programs_nest_too():
+    """The commonest slip, counting every " fusion(" of the text, fails on the second
+    program (the hand-written nested one), not only at the end; and the programs drawn per
+    student include nested fusions too (one draw in six)."""
+    import random
+
+    from scalebook import hlo
+    from scalebook.exercises import ch09, get_exercise
+
+    r = evaluate("9.6", lambda t: t.count(" fusion("))
+    assert r.status == "wrong" and "nested_fusion" in r.message, r
+    assert list(get_exercise("9.6").cases)[1] == (ch09._NESTED_FUSION,)
+
+    class Nested(random.Random):
+        def random(self):
+            return 0.0
+
+    (drawn,) = ch09._gen96(Nested(3))
+    assert drawn.count(" fusion(") > hlo.count_fusions(drawn) >= 1
+    assert n_fusions(drawn) == hlo.count_fusions(drawn)

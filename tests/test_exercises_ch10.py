@@ -26,12 +26,14 @@ NVLINK, DCN = h100.ici_link_bandwidth * h100.ici_links, h100.dcn_bandwidth
 # LLaMA-3 70B (paper, Table 3; heads from the reference code)
 D, F, H, K, h, L = 8192, 28672, 64, 8, 128, 80
 W_LAYER = (D * H * h + 2 * D * K * h + H * h * D + 3 * D * F) * 2     # bf16, no norm vectors
+# LLaMA-3 405B (paper, Table 3): D 16384, F 53248, 128 heads, 8 KV heads of 128
+W_405 = (16384 * 128 * 128 * 2 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248) * 2
 
 RIGHT = {
     "10.1": 31 / 32 * (W_LAYER / 4) / (2 * W5p),
     "10.2": 2 * L * 2 * 7 / 8 * 128 * D * 2 / NVLINK,
     "10.3": 4 * 2 * C5p / (4 * W5p),           # chunk send B D s/(2nW) = chunk matmul 2BDF/(n^2 C)
-    "10.4": 7 / 8 * (W_LAYER / 8) / DCN,
+    "10.4": 7 / 8 * (W_405 / 8) / DCN,
     "10.5": "y",
 }
 RTOL = {"10.1": 0.015, "10.2": 0.03, "10.3": 0.03, "10.4": 0.03}
@@ -104,9 +106,19 @@ def test_10_4_variant():
     assert "W_dcn" in evaluate("10.4", nvlink, variant=params).message
 
 
+def test_10_4_is_not_one_step_from_section_10_9():
+    """Section 10.9 prints 70B's FSDP gathers over 'data' on H100s (data = 16); the
+    exercise's own numbers are 405B's, so no ring factor turns a printed time into it."""
+    seventy = 7 / 8 * (W_LAYER / 8) / DCN
+    assert not evaluate("10.4", seventy).correct
+    assert abs(RIGHT["10.4"] / seventy - 1) > 0.5
+
+
 # ---- code exercises on the mesh -----------------------------------------------------------
 def tp_right(x, w1, w2):
-    return jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "y")
+    """x[B_X, D_Y] @ W1[D_Y, F]: partial sums over D, all-reduced before the relu; then
+    this device's D/4 columns of W2."""
+    return jax.nn.relu(jax.lax.psum(x @ w1, "y")) @ w2
 
 
 def cm_right(a, w):
@@ -141,6 +153,39 @@ def cm_k_hops(a, w):
     return acc
 
 
+def cm_fori_loop(a, w):
+    """The collective matmul as a fori_loop of 3 send-and-multiply steps and a last
+    multiply: the compiled program runs one permute and one matmul 3 times each."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    to_left = [(j, (j - 1) % n) for j in range(n)]
+
+    def step(k, carry):
+        a, acc = carry
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+        return jax.lax.ppermute(a, "y", to_left), acc
+
+    zero = jax.lax.pcast(jnp.zeros((a.shape[0], w.shape[1]), a.dtype), ("x", "y"),
+                         to="varying")
+    a, acc = jax.lax.fori_loop(0, n - 1, step, (a, zero))
+    return acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + n - 1) % n) * c, c, axis=0)
+
+
+def cm_fori_loop_one_send_too_many(a, w):
+    """The loop runs n times, each with a send: the last send moves a chunk nobody uses,
+    4 permutes run where 3 are needed."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    to_left = [(j, (j - 1) % n) for j in range(n)]
+
+    def step(k, carry):
+        a, acc = carry
+        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+        return jax.lax.ppermute(a, "y", to_left), acc
+
+    zero = jax.lax.pcast(jnp.zeros((a.shape[0], w.shape[1]), a.dtype), ("x", "y"),
+                         to="varying")
+    return jax.lax.fori_loop(0, n, step, (a, zero))[1]
+
+
 def cm_right_the_other_way(a, w):
     """Chunks go right instead of left: neighbours too, so right."""
     n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
@@ -169,30 +214,47 @@ def cm_gather_by_permutes(a, w):
 CODE_RIGHT = {
     "10.6": tp_right,
     "10.7": cm_right,
-    "10.8": lambda: P("data", None, "model", None),
-    "10.9": lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", None)),
+    "10.8": lambda: P("data", None, None, None),
+    "10.9": lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P(("x", "y"), None)),
     "10.10": lambda x: jax.lax.all_to_all(x, "y", 1, 0, tiled=True),
 }
 
 CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
-    "10.6": [(lambda x, w1, w2: jax.lax.psum(jax.nn.relu(x @ w1) @ w2, "x"), "psum(..., 'y')"),
-             (lambda x, w1, w2: jax.lax.psum(jax.nn.relu(
-                 x @ jax.lax.all_gather(w1, "y", axis=1, tiled=True, to="invarying"))
-                 @ jax.lax.all_gather(w2, "y", tiled=True, to="invarying"), "y") / 4,
+    "10.6": [(lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, "x")) @ w2, "'y' splits"),
+             # section 10.4's answer on this layout: the relu of partial sums
+             (lambda x, w1, w2: jax.lax.psum(jax.nn.relu(x @ w1), "y") @ w2,
+              "relu of a partial sum"),
+             (lambda x, w1, w2: jax.nn.relu(x @ w1) @ w2, "the whole sum"),
+             # gather x along D, and w1's rows: right numbers, two gathers
+             (lambda x, w1, w2: jax.nn.relu(
+                 jax.lax.all_gather(x, "y", axis=1, tiled=True)
+                 @ jax.lax.all_gather(w1, "y", axis=0, tiled=True)) @ w2,
               "no gather is needed"),
-             (lambda x, w1, w2: jax.lax.psum((x @ w1) @ w2, "y"), "wrong numbers")],
+             # an extra sum (of x) that XLA combines with the right one: more bytes
+             (lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, "y"))
+              @ w2 + 0 * jax.lax.psum(x, "y").sum(), "[B/2, F] partial sums")],
     "10.7": [(lambda a, w: jax.lax.all_gather(a, "y", axis=1, tiled=True) @ w, "plain version"),
              (cm_wrong_rows, "wrong numbers"),
              (lambda a, w: a @ w, "D/4 rows"),
              (cm_gather_by_permutes, "hides nothing"),
-             (cm_k_hops, "2 hops along 'y'")],
+             (cm_k_hops, "2 hops along 'y'"),
+             (cm_fori_loop_one_send_too_many, "(4 do)")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
-             (lambda: P(None, None, "model", None), "1/8"),
-             (lambda: P("batch", None, "model", None), "'data' and 'model'"),
+             (lambda: P("data", None, None, "model"), "communicates"),
+             # section 10.9's decode layout: the KV heads cannot be split 4 ways here
+             (lambda: P("data", None, "model", None), "only 1 or 2 KV heads"),
+             (lambda: P(None, None, None, None), "whole cache"),
+             (lambda: P(("data", "model"), None, None, None), "batch over 'data' only"),
+             (lambda: P("batch", None, None, None), "'data' and 'model'"),
              (lambda: "data", "jax.P(...)")],
-    "10.9": [(lambda a, b: jnp.einsum("bd,df->bf", a, b), "out_sharding=P('x', None)"),
+    "10.9": [(lambda a, b: jnp.einsum("bd,df->bf", a, b), "out_sharding="),
+             (lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", None)),
+              "tuple of the axes"),
              (lambda a, b: jnp.einsum("bd,df->bf", a, b, out_sharding=P("x", "y")),
-              "replicated over 'y'")],
+              "tuple of the axes"),
+             # reshard the inputs first: right sharding, but all-gathers
+             (lambda a, b: jax.reshard(jax.reshard(a, P("x", None)) @ jax.reshard(b, P()),
+                                       P(("x", "y"), None)), "the program gathers")],
     "10.10": [(lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True),
                "which dimension must end up split (the heads)"),
               (lambda x: jax.lax.dynamic_slice_in_dim(
@@ -218,6 +280,13 @@ def test_code_wrong_answers_get_their_hint(ex, answer, phrase):
 
 def test_10_7_accepts_neighbour_sends_either_way_round():
     r = evaluate("10.7", cm_right_the_other_way)
+    assert r.correct, r
+
+
+def test_10_7_accepts_a_fori_loop():
+    """The matmuls and permutes are counted as often as they run (loop trip counts), so a
+    loop is judged like the unrolled version."""
+    r = evaluate("10.7", cm_fori_loop)
     assert r.correct, r
 
 

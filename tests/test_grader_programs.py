@@ -42,6 +42,7 @@ ANSWERS = ([("3.10", f) for f in (ch3.fsdp_right, ch3.fsdp_all_reduce, ch3.fsdp_
            + [("3.11", f) for f in (ch3.rs_right, ch3.rs_all_reduce_slice, ch3.rs_wrong_dim)]
            + [(k, v) for k, v in sorted(ch10.CODE_RIGHT.items())]
            + [(k, a) for k, v in sorted(ch10.CODE_WRONG.items()) for a, _ in v]
+           + [("10.7", ch10.cm_fori_loop)]
            # chapter 5's right and wrong programs, as its tests parametrise them
            + [(e, a) for e, a, *_ in (ch5.test_right_programs_pass.pytestmark[0].args[1]
                                       + ch5.test_wrong_programs_fail_with_a_reason
@@ -115,16 +116,20 @@ def test_a_forged_program_with_other_shapes_a_host_call_or_junk_is_refused(tmp_p
 
 
 def test_partition_spec_answers_are_data_and_the_checker_builds_the_program(tmp_path):
-    rec = collect("10.8", lambda: P("data", None, "model", None), tmp_path)
-    assert all(p["value"] == {"pspec": ["data", None, "model", None]}
+    rec = collect("10.8", lambda: P("data", None, None, None), tmp_path)
+    assert all(p["value"] == {"pspec": ["data", None, None, None]}
                for p in rec["programs"])
     assert judged("10.8", rec)[0] == "correct"
-    wrong = collect("10.8", lambda: P("data", "model", None, None), tmp_path)
-    assert judged("10.8", wrong)[0] == "wrong"
+    for spec in (P("data", "model", None, None), P("data", None, "model", None)):
+        wrong = collect("10.8", lambda spec=spec: spec, tmp_path)
+        assert judged("10.8", wrong)[0] == "wrong"
 
 
-UPDATES = [lambda: jax.jit(lambda w, g, lr: w - lr * g),
-           lambda: jax.jit(lambda w, g, lr: w - lr * g, static_argnums=2),
+UPDATES = [lambda: jax.jit(ch9.clipped_update),
+           lambda: jax.jit(ch9.branchy_update),
+           lambda: jax.jit(lambda w, g, lr: w - lr * g),
+           lambda: jax.jit(lambda w, g, lr: w - lr * jnp.clip(g, -1, 1)),
+           lambda: jax.jit(ch9.branchy_update, static_argnums=2),
            lambda: (lambda w, g, lr: w - lr * g),
            lambda: jax.jit(lambda w, g, lr: w + lr * g),
            lambda: None, lambda: 1 / 0, lambda: 3]

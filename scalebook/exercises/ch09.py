@@ -445,15 +445,21 @@ def _program_texts():
             return jax.lax.switch(jnp.argmax(c.sum(0)) % 3, branches, c), None
         return jax.lax.scan(body, x, w)[0]
 
-    progs = [(scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
-             (mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
+    progs = [(mlp_layer, (S((64, 32), f32), S((32, 128), f32), S((128,), f32))),
+             "nested",
+             (scanned, (S((4, 32, 32), f32), S((8, 32), f32))),
              (softmax_mm, (S((16, 32), f32), S((32, 64), f32))),
              (chain, (S((1000,), f32),)),
              (cond_layer, (S((), f32), S((16, 32), f32), S((32, 32), f32))),
              (switch_in_scan, (S((3, 32, 32), f32), S((16, 32), f32)))]
-    for fn, a in progs:
+    # the hand-written nested case second, after one program whose matmul is a kCustom
+    # fusion: a count of every " fusion(" or of every kLoop fusion is told apart early
+    for prog in progs:
+        if prog == "nested":
+            yield (_NESTED_FUSION,)
+            continue
+        fn, a = prog
         yield (jax.jit(fn).lower(*a).compile().as_text(),)
-    yield (_NESTED_FUSION,)
 
 
 _ACTS_96 = ("tanh", "gelu", "relu", "sin")
@@ -500,10 +506,45 @@ def _drawn_program_96(kind, n, B, D, acts, reduce):
         return jax.jit(fn).lower(*args).compile().as_text()
 
 
+def _nested_program_96(k, inner, width):
+    """A hand-written module whose entry runs k fusions in a chain, each calling a fused
+    computation that holds ``inner`` fusions of its own (as XLA nests them on some
+    backends): the program runs k fusions, and the text holds k * (1 + inner)."""
+    t = f"f32[{width}]"
+    lines = [f"HloModule nested_{k}_{inner}, entry_computation_layout={{({t}{{0}})->{t}{{0}}}}",
+             ""]
+    for i in range(k):
+        for j in range(inner):
+            lines += [f"%fused_inner.{i}.{j} (p.{i}.{j}: {t}) -> {t} {{",
+                      f"  %p.{i}.{j} = {t}{{0}} parameter(0)",
+                      f"  ROOT %sine.{i}.{j} = {t}{{0}} sine({t}{{0}} %p.{i}.{j})", "}", ""]
+        body = [f"%fused_outer.{i} (q.{i}: {t}) -> {t} {{", f"  %q.{i} = {t}{{0}} parameter(0)"]
+        prev = f"%q.{i}"
+        for j in range(inner):
+            name = f"%inner_fusion.{i}.{j}"
+            root = "ROOT " if j == inner - 1 else ""
+            body.append(f"  {root}{name} = {t}{{0}} fusion({t}{{0}} {prev}), kind=kLoop, "
+                        f"calls=%fused_inner.{i}.{j}")
+            prev = name
+        lines += body + ["}", ""]
+    lines += [f"ENTRY %main (x.1: {t}) -> {t} {{", f"  %x.1 = {t}{{0}} parameter(0)"]
+    prev = "%x.1"
+    for i in range(k):
+        root = "ROOT " if i == k - 1 else ""
+        lines.append(f"  {root}%outer_fusion.{i} = {t}{{0}} fusion({t}{{0}} {prev}), "
+                     f"kind=kLoop, calls=%fused_outer.{i}")
+        prev = f"%outer_fusion.{i}"
+    return "\n".join(lines + ["}", ""])
+
+
 def _gen96(rng):
     """A small program compiled on this CPU: n dense layers with drawn activations, a scan
     over n layers, a lax.cond between n layers and one elementwise op, or a lax.switch
-    between n layers, on drawn shapes, with or without a final sum."""
+    between n layers, on drawn shapes, with or without a final sum; or (one draw in six) a
+    hand-written module with fusions nested inside fused computations."""
+    if rng.random() < 1 / 6:
+        return (_nested_program_96(rng.randint(1, 4), rng.randint(1, 3),
+                                   rng.choice((4, 8, 16))),)
     kind = rng.choice(("mlp", "mlp", "scan", "cond", "switch"))
     n = {"mlp": rng.randint(1, 4), "scan": rng.randint(2, 6), "cond": rng.randint(1, 3),
          "switch": rng.randint(2, 4)}[kind]
@@ -557,15 +598,17 @@ def _entry_name(text):
 
 
 register(CodeExercise(
-    id="9.6", title="Count the fusions", reference=hlo.count_fusions, cases=_Lazy([], _program_texts),
+    id="9.6", title="Count the fusions", reference=hlo.count_fusions,
+    cases=_Lazy([], _program_texts),
     generate=_gen96,
     compare=lambda got, want: not isinstance(got, bool) and got == want,
     describe=lambda t: f"the program {hlo.hlo_text(t).split(',')[0].split()[-1]}",
     hints=[
         (lambda got, want, args: got == args[0].count(" fusion(") != want,
-         "a fused computation can itself hold a fusion instruction (the last test program "
+         "a fused computation can itself hold a fusion instruction (this test program "
          "does): count the fusions of the computations the program runs (the entry, while "
-         "bodies and conditions, conditional branches), not of those a fusion calls."),
+         "bodies and conditions, conditional branches, what a call runs), not of those a "
+         "fusion calls."),
         (lambda got, want, args: got == hlo_text_count(args[0], "fusion"),
          "counting the word 'fusion' also counts instruction names (ynn_fusion) and "
          "calls=%fused_computation attributes: count instructions whose opcode is fusion."),
@@ -662,6 +705,29 @@ register(MeshProgramExercise(
 
 
 # 9.8 compile once ------------------------------------------------------------------------------
+# The update clips the gradient when the learning rate is large, a Python branch on the
+# value in the statement's code (which forces lr to be static there); the answer selects
+# with jnp.where (or lax.cond) on the traced lr. Section 9.4's jitted sgd_update has no
+# branch, so it is not the answer.
+CLIP_ABOVE = 0.1
+
+
+def _update_ref(w, g, lr):
+    import numpy as np
+    return w - lr * (np.clip(g, -1.0, 1.0) if lr > CLIP_ABOVE else g)
+
+
+def _raised(text):
+    """The message for an update that raised ``text`` ("TypeName: message"): its first
+    line, after what to do about a Python branch on the traced lr."""
+    first = str(text).strip().splitlines()[0][:300] if str(text).strip() else "?"
+    if "Tracer" in text or "concrete value" in text:
+        return ("your function raised an error because a Python if on lr cannot run while "
+                "JAX traces lr as an array: choose between the two gradients with "
+                f"jnp.where (or jax.lax.cond). JAX said: {first}")
+    return f"your function raised {first}"
+
+
 @dataclass
 class _CompileOnceExercise(Exercise):
     lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125)
@@ -700,15 +766,24 @@ class _CompileOnceExercise(Exercise):
     def _wrong_numbers(self, got, w, g, lr):
         import numpy as np
         got = np.asarray(got)
-        if got.shape != w.shape or not np.allclose(got, w - lr * g, rtol=1e-5, atol=1e-6):
-            return self._result(WRONG, f"not yet: wrong numbers for lr={lr} (expected w - lr * g).")
+        if got.shape != w.shape or not np.allclose(got, _update_ref(w, g, lr), rtol=1e-5,
+                                                   atol=1e-6):
+            return self._result(WRONG, f"not yet: wrong numbers for lr={lr}{self._which(lr)}.")
         return None
+
+    @staticmethod
+    def _which(lr):
+        if lr > CLIP_ABOVE:
+            return (f" (above {CLIP_ABOVE} the update uses the gradient clipped to [-1, 1]: "
+                    f"w - lr * clip(g, -1, 1))")
+        return f" (at or below {CLIP_ABOVE} the gradient is not clipped: w - lr * g)"
 
     def _static(self, extra):
         return self._result(WRONG, f"not yet: {len(self.lrs)} new learning rates compiled "
                                    f"{extra} new programs. lr is static (static_argnums/"
                                    f"static_argnames, or closed over and re-jitted): pass it as "
-                                   f"an ordinary argument so JAX traces it.")
+                                   f"an ordinary argument so JAX traces it, and choose the "
+                                   f"gradient with jnp.where (or jax.lax.cond), not a Python if.")
 
     def _done(self):
         return self._result(CORRECT, f"correct: right numbers, and {len(self.lrs)} learning "
@@ -732,8 +807,7 @@ class _CompileOnceExercise(Exercise):
                         return wrong
                 extra = profiling.compilations() - n0
             except Exception as e:
-                return self._result(WRONG, f"your function raised {type(e).__name__}: "
-                                           f"{str(e)[:300]}")
+                return self._result(WRONG, _raised(f"{type(e).__name__}: {e}"))
             if extra:
                 return self._static(extra)
         return self._done()
@@ -773,11 +847,13 @@ class _CompileOnceExercise(Exercise):
         if not isinstance(records, list) or len(records) != len(self.shapes):
             return self._result(WRONG, "the update could not be read back from your notebook.")
         rng = np.random.default_rng(seed)
-        lrs = [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs))]
+        # drawn per student, with one learning rate on each side of the clipping threshold
+        lrs = [float(rng.uniform(CLIP_ABOVE + 0.05, 0.5)), float(rng.uniform(1e-3, CLIP_ABOVE))]
+        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 2)]
         for shape, rec in zip(self.shapes, records):
             if not isinstance(rec, dict) or "program" not in rec:
                 text = rec.get("error", "?") if isinstance(rec, dict) else "?"
-                return self._result(WRONG, f"your function raised {str(text)[:300]}")
+                return self._result(WRONG, _raised(str(text)))
             try:
                 exp = jax.export.deserialize(bytearray(base64.b64decode(rec["program"])))
                 unsafe = _unsafe_calls(exp.mlir_module())
@@ -795,8 +871,8 @@ class _CompileOnceExercise(Exercise):
                 for lr in lrs:
                     wrong = self._wrong_numbers(run(w, g, np.float32(lr)), w, g, np.float32(lr))
                     if wrong:
-                        return self._result(WRONG, "not yet: wrong numbers for a learning rate "
-                                                   "of the grader's (expected w - lr * g).")
+                        return self._result(WRONG, f"not yet: wrong numbers for a learning "
+                                                   f"rate of the grader's{self._which(lr)}.")
             except Exception as e:
                 return self._result(WRONG, f"the update could not be run: "
                                            f"{type(e).__name__}: {str(e)[:200]}")
