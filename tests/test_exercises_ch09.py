@@ -135,11 +135,20 @@ def test_malformed_numeric_answers(ex, bad):
     assert r.status == "wrong" and r.message
 
 
-@pytest.mark.parametrize("bad", [None, 3, "Memory bound"])
+@pytest.mark.parametrize("bad", [None, 3, "latency"])
 def test_malformed_choice(bad):
     r = evaluate("9.3", bad)
     assert r.status == "wrong" and "one of" in r.message
     assert evaluate("9.3", " Memory ").correct
+
+
+@pytest.mark.parametrize("spelling", ["memory-bound", "Memory bound", "memory_bound"])
+def test_9_3_bound_spellings_are_the_choice(spelling):
+    """'memory-bound' is what the chapter's tables say: the check reads it as 'memory'
+    (a student's report: it was refused as a format error)."""
+    assert evaluate("9.3", spelling).correct
+    assert "memory-bound is right" not in evaluate("9.3", "compute-bound").message
+    assert evaluate("9.3", "compute-bound").status == "wrong"
 
 
 # ------------------------------------------------------------------------------------------
@@ -534,3 +543,35 @@ def test_9_6_a_count_of_every_fusion_fails_early_and_drawn_programs_nest_too():
     (drawn,) = ch09._gen96(Nested(3))
     assert drawn.count(" fusion(") > hlo.count_fusions(drawn) >= 1
     assert n_fusions(drawn) == hlo.count_fusions(drawn)
+
+
+
+def test_9_2_and_9_4_slips_students_made_get_their_hints():
+    """A student's report: these slips got only "too small" or another slip's hint."""
+    from scalebook import profiling
+    from scalebook.exercises.ch09 import _share_92
+    right = _share_92()
+    assert "count all four" in evaluate("9.2", right / 2).message
+    assert "forward pass alone" in evaluate("9.2", _share_92(forward_only=True)).message
+    shape = (32, 8, 100, 64)
+    turned = profiling.padded_bytes(shape, "float32", (128, 8))   # 100 -> 128, 64 kept
+    assert "not the other way round" in evaluate("9.4", turned).message
+    elements = profiling.padded_bytes(shape, "float32", (8, 128)) // 4
+    assert "count of elements" in evaluate("9.4", elements).message
+
+
+def test_9_6_counts_of_lines_or_called_computations_get_their_hints():
+    import re as _re
+    r = evaluate("9.6", lambda t: sum("fusion" in line for line in t.splitlines()))
+    assert "lines that contain 'fusion'" in r.message, r
+    r = evaluate("9.6", lambda t: len(set(_re.findall(r"calls=%?([\w.\-]+)", t))))
+    assert "computations that fusions call" in r.message, r
+
+
+def test_9_7_with_the_chapters_axis_names_gets_a_hint():
+    def with_data_model(x, w1, w2):
+        h = jax.nn.relu(x @ w1)
+        h = jax.lax.with_sharding_constraint(h, P(("data", "model"), None))
+        return h @ w2
+    r = evaluate("9.7", with_data_model)
+    assert r.status == "wrong" and "axes 'x' and 'y'" in r.message, r

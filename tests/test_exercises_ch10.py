@@ -327,3 +327,30 @@ def test_10_10_hint_does_not_give_the_call():
     r = evaluate("10.10", lambda x: jax.lax.all_to_all(x, "y", 0, 1, tiled=True))
     assert r.status == "wrong" and "split_axis" in r.message, r
     assert "split_axis=1" not in r.message and "concat_axis=0" not in r.message, r
+
+
+
+def test_slips_students_made_get_their_hints():
+    """A student's report: these got another slip's hint, or a generic one."""
+    f32 = 2 * RIGHT["10.1"]              # f32 weights, or an all-reduce's bytes: also 2x
+    msg = evaluate("10.1", f32).message
+    assert "bf16" in msg and "all-reduce" in msg and "one-way ring" in msg, msg
+    per_chip_f = RIGHT["10.3"] / 4       # F / n, a chip's columns
+    assert "full width F" in evaluate("10.3", per_chip_f).message
+    r = evaluate("10.10", lambda x: jax.lax.all_to_all(x, "y", 1, 0))   # tiled=False
+    assert r.status == "wrong" and "tiled=True" in r.message, r
+
+
+def test_10_7_a_dead_fourth_send_is_the_same_program():
+    """A fourth ppermute whose result nothing uses (the loop sends after the last
+    matmul) is removed by JAX before XLA sees the program: the compiled program is the
+    right one, with 3 permutes, and the check accepts it. Inside a loop, where it does
+    run, it is rejected (cm_fori_loop_one_send_too_many)."""
+    def cm_dead_send(a, w):
+        n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+        acc = 0
+        for k in range(n):
+            acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
+            a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
+        return acc
+    assert evaluate("10.7", cm_dead_send).correct

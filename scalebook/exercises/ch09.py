@@ -92,9 +92,12 @@ register(VariedNumericExercise(
 
 
 # 9.2 communication share of a 70B layer on H100 ---------------------------------------------
-def _share_92(chip="gpu-h100", of_on_chip=False, tokens=4096, tp=8):
-    b = profiling.predicted_breakdown(profiling.predict_layer_profile(
-        "llama3-70b", chip, tokens=tokens, seq_len=tokens, tp=tp))
+def _share_92(chip="gpu-h100", of_on_chip=False, tokens=4096, tp=8, forward_only=False):
+    ops = profiling.predict_layer_profile("llama3-70b", chip, tokens=tokens, seq_len=tokens,
+                                          tp=tp)
+    if forward_only:
+        ops = [o for o in ops if o.phase == "forward"]
+    b = profiling.predicted_breakdown(ops)
     return b["collective"] / ((b["total"] - b["collective"]) if of_on_chip else b["total"])
 
 
@@ -118,6 +121,12 @@ def _hints92(chip, tokens, tp):
          "(ici_bandwidth = ici_links x ici_link_bandwidth)."),
         (lambda a: _close(a, share("tpu-v5p")), "that is the TPU v5p; the question asks "
                                                 f"for {_an(short)} {short} node."),
+        (lambda a: _close(a, share() / 2), "2x too small: the step runs four all-reduces, "
+                                           "two in the forward pass and two in the "
+                                           "backward; count all four."),
+        (lambda a: _close(a, share(forward_only=True)),
+         "that is the forward pass alone; the step is the forward and the backward pass "
+         "together (predict_layer_profile lists both phases)."),
     ]
 
 
@@ -148,6 +157,9 @@ def _bound_93():
 register(ChoiceExercise(
     id="9.3", title="A small microbatch", choices=("compute", "memory", "communication"),
     reference=_bound_93,
+    aliases={"compute-bound": "compute", "memory-bound": "memory",
+             "communication-bound": "communication", "bandwidth-bound": "memory",
+             "comms": "communication"},
     hints={
         "compute": "with B = 64 tokens the weights dominate the bytes: 2 B D F FLOPs over "
                    "about 2 D F bf16 weight bytes is about B = 64 FLOPs per byte; compare "
@@ -187,9 +199,21 @@ def _hints94(lead, rows, cols):
          f"the minor dimension ({cols}) is padded too, to a multiple of 128."),
         (lambda a: a == padded(dtype="bfloat16"), "f32 numbers are 4 bytes each."),
     ]) + [
+    ] + ([
+        # the tile turned round (rows to 128, cols to 8); for some shapes the same number
+        # as a tile laid over the three minor dimensions
+        (lambda a: a == padded(tile=(128, 8)),
+         f"the 8 x 128 tile has its 128 along the minor (last) dimension: pad the "
+         f"second-minor dimension ({rows}) to a multiple of 8 and the minor one ({cols}) to "
+         f"a multiple of 128, not the other way round"
+         + (", and tile only those two." if padded(tile=(128, 8)) == padded(tile=(8, 128, 1))
+            else ".")),
+    ] if padded(tile=(128, 8)) != padded() else []) + [
         (lambda a: a == padded(tile=(8, 128, 1)),
          f"the tile covers the two minor dimensions ({rows} and {cols}), not the ones "
          "before them."),
+        (lambda a: a * 4 == padded(), "that is a count of elements; the question asks for "
+                                      "bytes, 4 per f32 element."),
     ]
 
 
@@ -392,8 +416,9 @@ register(CodeExercise(
 
 
 # 9.6 count the fusions ------------------------------------------------------------------------
-# A fusion inside a fused computation (XLA nests them on some backends): the program runs the
-# outer one only, so counting every " fusion(" in the text gives 2 where the answer is 1.
+# Fusions inside a fused computation (XLA nests them on some backends): the program runs the
+# outer one only, so counting every " fusion(" in the text gives 3 where the answer is 1 (and
+# counting the computations that fusions call gives 2).
 _NESTED_FUSION = """HloModule nested_fusion, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
 %fused_inner (p.1: f32[4]) -> f32[4] {
@@ -403,7 +428,8 @@ _NESTED_FUSION = """HloModule nested_fusion, entry_computation_layout={(f32[4]{0
 
 %fused_outer (q.1: f32[4]) -> f32[4] {
   %q.1 = f32[4]{0} parameter(0)
-  ROOT %inner_fusion = f32[4]{0} fusion(f32[4]{0} %q.1), kind=kLoop, calls=%fused_inner
+  %inner_fusion = f32[4]{0} fusion(f32[4]{0} %q.1), kind=kLoop, calls=%fused_inner
+  ROOT %inner_fusion.1 = f32[4]{0} fusion(f32[4]{0} %inner_fusion), kind=kLoop, calls=%fused_inner
 }
 
 ENTRY %main (x.1: f32[4]) -> f32[4] {
@@ -636,12 +662,30 @@ register(CodeExercise(
         (lambda got, want, args: got == hlo_text_count(args[0], "%fused_computation") ,
          "that counts the fused computations and the calls to them; count the fusion "
          "instructions."),
+        (lambda got, want, args: got == _lines_with(args[0], "fusion"),
+         "that counts the lines that contain 'fusion' anywhere: names (ynn_fusion), "
+         "calls=%fused_computation attributes and the fused computations' headers count "
+         "too. Count the instructions whose opcode is fusion."),
+        (lambda got, want, args: got == _called_computations(args[0]),
+         "that counts the computations that fusions call (their bodies), not the fusion "
+         "instructions the program runs: read the opcode of each instruction of the "
+         "computations that run."),
     ],
 ))
 
 
 def hlo_text_count(text, word):
     return text.count(word)
+
+
+def _lines_with(text, word):
+    return sum(word in line for line in text.splitlines())
+
+
+def _called_computations(text):
+    """The distinct computations named in calls= attributes (the fused computations)."""
+    import re
+    return len(set(re.findall(r"calls=%?([\w.\-]+)", text)))
 
 
 # 9.7 remove the all-gather ---------------------------------------------------------------------
@@ -700,7 +744,10 @@ register(MeshProgramExercise(
     collectives_ok=_no_comm_97, cases=[(16, 8, 32), (32, 16, 8), (64, 24, 16)],
     describe=lambda B, D, F: f"x[{B},{D}], w1[{D},{F}], w2[{F},{D}]", rtol=1e-4,
     error_hints=[("non-empty mesh", "pass shardings with a mesh, or better, no constraint "
-                                    "at all: the rows of x are already split.")],
+                                    "at all: the rows of x are already split."),
+                 ("not found in mesh", "the check's mesh has the axes 'x' and 'y' (2 x 4), "
+                                       "not 'data' and 'model'; and no constraint at all "
+                                       "is needed: the rows of x are already split.")],
 ))
 
 

@@ -55,8 +55,11 @@ def _hints1(n_data, n_model, chip):
     return [
         (lambda a: _close(a, t(n_model=1)), "each chip gathers only its 'model' shard of "
          f"the weights: divide the layer's bytes by n_model = {n_model}."),
-        (lambda a: _close(a, t(topology="ring")), "that is a one-way ring; a torus axis "
-         "sends half the blocks each way, halving the time."),
+        (lambda a: _close(a, t(topology="ring")), "2x too large. Three slips give this: a "
+         "one-way ring (a torus axis sends half the blocks each way, halving the time); "
+         "f32 weights (they are bf16, 2 bytes each); or an all-reduce's bytes (an "
+         "all-gather sends (n - 1)/n of its result, half of what an all-reduce of it "
+         "sends)."),
         (lambda a: _close(a, t(n_group=n), 0.003), "the gathers run over the "
          f"{n_data} chips of 'data' only, not over all {n}."),
         (lambda a: _close(a, t() * n_data / (n_data - 1), 0.003), "keep the (n - 1) / n of "
@@ -141,8 +144,10 @@ register(NumericExercise(
         (lambda a: _close(a, _ex3() * 4), "n = 4x too large: a step sends one [B, D/n] chunk "
          "of A, not all of A (or: a chunk's matmul is 1/n of the chip's matmul, "
          "2 B D F / (n^2 C), not 1/n^2 of it)."),
-        (lambda a: _close(a, _ex3() / 4), "n = 4x too small: compare a chunk's send with a "
-         "chunk's matmul, 2 B D F / (n^2 C), 1/n of the chip's whole matmul 2 B D F / (n C)."),
+        (lambda a: _close(a, _ex3() / 4), "n = 4x too small. Either that is F / n, a chip's "
+         "columns of W, where the question asks for the full width F before the split; or "
+         "the chunk's matmul is too large: compare a chunk's send with a chunk's matmul, "
+         "2 B D F / (n^2 C), 1/n of the chip's whole matmul 2 B D F / (n C)."),
     ],
 ))
 
@@ -540,7 +545,12 @@ register(MeshProgramExercise(
     cases=[(8, 16), (16, 8), (4, 32)],
     describe=lambda S, H: f"x[{S},{H}]",
     # the hint says what the two axes do, not the call that answers the exercise
-    error_hints=[("split_axis", "all_to_all cuts each block along split_axis into "
+    error_hints=[("to equal x.shape[split_axis]", "without tiled=True, all_to_all wants "
+                                                  "split_axis to be exactly as long as the "
+                                                  "axis (4) and removes it; tiled=True cuts "
+                                                  "a dimension of any multiple of 4 into 4 "
+                                                  "pieces and keeps the array's rank."),
+                 ("split_axis", "all_to_all cuts each block along split_axis into "
                                 "one piece per device of 'y' and joins the pieces it "
                                 "receives along concat_axis: which dimension must end "
                                 "up split (the heads), and which whole (the "
