@@ -23,6 +23,16 @@ def test_a_sentence_linking_to_a_solution_goes_and_its_neighbours_stay():
     assert out.startswith("The check uses bf16.") and "Next, a table." in out
 
 
+def test_a_sentence_running_on_after_its_link_goes_to_its_end_and_no_further():
+    text = ("Use the tables. Worked solutions are in the [solutions to chapter 9]"
+            "(../solutions/09_profiling.ipynb), a\nnotebook under `solutions` (in Colab: "
+            "File, Open\nnotebook, GitHub).\nExercises 9.5 and 9.6 stay.\n\n+++\n")
+    out = se.strip_text(text)
+    assert "solutions" not in out and "GitHub" not in out and "notebook" not in out
+    assert out.startswith("Use the tables.") and "Exercises 9.5 and 9.6 stay." in out
+    assert out.endswith("\n\n+++\n")
+
+
 def test_instructor_blocks_go_and_nothing_else():
     text = "Before.\n<!-- instructor -->\nSecret words.\n<!-- /instructor -->\nAfter.\n"
     assert se.strip_text(text) == "Before.\nAfter.\n"

@@ -67,9 +67,11 @@ COPY = ("_config.yml", "pyproject.toml", "requirements.in", "requirements.lock",
 _INSTRUCTOR_BLOCK = re.compile(r"[ \t]*<!-- instructor -->.*?<!-- /instructor -->[ \t]*\n?",
                                re.S)
 _SOLUTION_LINK = r"\]\((?:\.\./|\./|/)?solutions/[^)]*\)"
-# A sentence (from the end of the last one, or a line's start) holding a solutions link.
+# A sentence (from the end of the last one, or a line's start) holding a solutions link;
+# it may run on over the lines of its paragraph, before and after the link.
 _SOLUTION_SENTENCE = re.compile(r"(?:(?<=[.!?])[ \t]+|(?<=\n)|^)[^.!?\n]*(?:\n[^.!?\n]*)*?"
-                                + _SOLUTION_LINK + r"[^.!?\n]*[.!?]?", re.M)
+                                + _SOLUTION_LINK
+                                + r"[^.!?\n]*(?:\n(?=[^\n])[^.!?\n]*)*[.!?]?", re.M)
 _SOLUTION_HEADING = re.compile(r"^#{2,4} Solution \d+\.\d+")
 _LEFTOVER = re.compile(r"solutions/\d\d_\w+|" + _SOLUTION_LINK + r"|^#{2,4} Solution \d+\.\d+",
                        re.M)
