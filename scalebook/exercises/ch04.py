@@ -8,7 +8,7 @@ from ..hardware import get_chip
 from ..models import LLAMA3_405B_TOKENS, MoEConfig, TransformerConfig, get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
-                    as_number)
+                    as_number, eight_bit_peak_hint)
 
 
 def _close(a, b, rtol=0.02):
@@ -220,19 +220,9 @@ def _ex5_hints(chip, gpus, mfu):
          f"that is at 100% of peak; the GPUs reach {mfu * 100:g}% of it (MFU)."),
         (lambda a: _close(a, days * 86_400, 0.03), "that is in seconds; convert to days."),
         (lambda a: _close(a, days * 24, 0.03), "that is in hours; convert to days."),
-    ] + _eight_bit_peak_hint(chip, days)
-
-
-def _eight_bit_peak_hint(chip, days):
-    """The days at the chip's 8-bit peak (twice bf16's on every GPU of the table)."""
-    c = get_chip(chip)
-    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
-    if low is None:
-        return []
-    ratio = c.peak_flops(low) / c.bf16_flops
-    return [(lambda a: _close(a, days / ratio, 0.03),
-             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the training "
-             f"run's matmuls are bf16: use the dense bf16 peak.")]
+    ] + eight_bit_peak_hint(
+        chip, days,
+        "the training run's matmuls are bf16: use the dense bf16 peak.", rtol=0.03)
 
 
 register(VariedNumericExercise(

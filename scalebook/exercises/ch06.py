@@ -11,6 +11,7 @@ from ..models import get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
                     as_number)
+from .kinds import eight_bit_peak_hint
 from .kinds import statement_names as _words
 
 __all__: list[str] = []
@@ -99,19 +100,9 @@ def _ex2_hints(chip, gpus, mfu):
         (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
                                           f"only {mfu:.2f} of their peak."),
         (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
-    ] + _eight_bit_peak_hint(chip, days)
-
-
-def _eight_bit_peak_hint(chip, days):
-    """The days at the chip's 8-bit peak (twice bf16's on every GPU of the table)."""
-    c = get_chip(chip)
-    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
-    if low is None:
-        return []
-    ratio = c.peak_flops(low) / c.bf16_flops
-    return [(lambda a: _close(a, days / ratio),
-             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); the run's MFU is "
-             f"of the dense bf16 peak.")]
+    ] + eight_bit_peak_hint(
+        chip, days,
+        "the run's MFU is of the dense bf16 peak.", rtol=0.02)
 
 
 register(VariedNumericExercise(

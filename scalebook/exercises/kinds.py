@@ -827,6 +827,26 @@ def statement_names(model=None, chip=None, **_):
     return out
 
 
+def eight_bit_peak_hint(chip, days, why, rtol=0.03):
+    """A hint pair for a training-time answer worked out at the chip's 8-bit peak (fp8 or
+    int8, twice bf16's on every GPU of the table) instead of the dense bf16 one: ``days`` is
+    the right answer, ``why`` the sentence that says why bf16 is meant. [] when the chip has
+    no 8-bit peak."""
+    from ..hardware import get_chip
+
+    c = get_chip(chip)
+    low = next((d for d in ("fp8", "int8") if getattr(c, f"{d}_flops", None)), None)
+    if low is None:
+        return []
+    ratio = c.peak_flops(low) / c.bf16_flops
+    def close(a):
+        a = as_number(a)
+        return a is not None and math.isclose(a, days / ratio, rel_tol=rtol)
+
+    return [(close,
+             f"that uses the {low} peak ({ratio:.2g}x the bf16 one); {why}")]
+
+
 def mesh_inputs(shapes, seed):
     """Random float32 arrays of the given shapes, the same for every run with ``seed``."""
     import numpy as np
