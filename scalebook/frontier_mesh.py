@@ -31,19 +31,21 @@ shared expert remain; in a full model the residual connection carries the token 
 sharded layer returns how many pairs each device dropped. A capacity factor of E / k or
 more gives C >= b, which no routing can overflow.
 
-Latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1; V3 uses the same):
+Latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1; V3 uses the same), for a
+configuration with the fields of ``models.MLAConfig`` (D, H heads, the latent width d_c =
+``kv_rank``, the rotary key width d_r = ``rope_dim``, a head's key width d_n = ``nope_dim``
+and value width d_v = ``v_dim``). Simplifications, said here once: the queries come from x
+directly (``q_rank`` must be None; DeepSeek-V3 compresses them too), there is no norm on
+the latent, and RoPE is chapter 4's (:func:`scalebook.llama.apply_rope`, base
+:data:`ROPE_THETA`) on the d_r rotary dimensions only.
 
-* :class:`MLAConfig` -- D, H heads of size h, the latent width d_c and the RoPE key
-  width d_r. Simplifications, said here once: no query compression (the queries are
-  projected from x directly, as in DeepSeek-V2-Lite) and no norm on the latent; RoPE is
-  chapter 4's (:func:`scalebook.llama.apply_rope`) on the d_r decoupled dimensions only.
 * :func:`init_mla`, :func:`mla_latent` (the cache entries of tokens: the latent c [d_c]
-  and the RoPE key k_R [d_r], shared by all heads), :func:`absorb_mla` (W_UK folded into
+  and the rotary key k_R [d_r], shared by all heads), :func:`absorb_mla` (W_UK folded into
   the query projection, W_UV into the output projection), :func:`mla_decode` (one decode
-  step against a latent cache, ``absorbed=False``: K and V materialised from the cache;
-  ``absorbed=True``: attention in the latent space).
+  step against a latent cache; ``absorbed=False``: keys and values materialised from the
+  cache; ``absorbed=True``: attention in the latent space).
 * :func:`mla_decode_cost` -- FLOPs and bytes of one decode step in each form
-  (:class:`DecodeCost`); :func:`mla_cache_bytes_per_token` -- (d_c + d_r) s per layer.
+  (:class:`DecodeCost`).
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ from .units import check_positive, check_positive_int, dtype_bytes
 
 __all__ = ["init_moe", "moe_route", "moe_dense", "moe_kept", "moe_expert_parallel",
            "ExpertParallelMoE", "MoEOutput", "MoEAllToAlls",
-           "MLAConfig", "init_mla", "absorb_mla", "mla_latent", "mla_decode", "DecodeCost",
-           "mla_decode_cost", "mla_cache_bytes_per_token"]
+           "MLAConfig", "ROPE_THETA", "init_mla", "absorb_mla", "mla_latent", "mla_decode",
+           "DecodeCost", "mla_decode_cost"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -414,124 +416,146 @@ def moe_expert_parallel(mesh, axis: str, top_k: int,
 # Multi-head latent attention at decode
 # ------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MLAConfig:
-    """A small multi-head latent attention layer: model width ``d_model`` (D), ``n_heads``
-    (H) of ``head_dim`` (h), the latent width ``latent`` (d_c) that K and V are
-    up-projected from, and the decoupled RoPE key width ``rope_dim`` (d_r, even), one
-    key shared by all heads."""
+# The layer's shapes come from an MLA configuration with the fields of
+# scalebook.models.MLAConfig (chapter 12's DeepSeek-V3 shapes): d_model, n_heads, kv_rank
+# (d_c), rope_dim (d_r), nope_dim (d_n), v_dim (d_v), n_layers, q_rank. Until that class is
+# in the package, an equivalent one with those fields is defined here.
+try:
+    from .models import MLAConfig
+except ImportError:     # pragma: no cover - replaced by models.MLAConfig once merged
+    @dataclass(frozen=True)
+    class MLAConfig:
+        """Multi-head latent attention's shapes (the fields of models.MLAConfig)."""
 
-    d_model: int
-    n_heads: int
-    head_dim: int
-    latent: int
-    rope_dim: int
-    rope_theta: float = 10000.0
+        d_model: int
+        n_heads: int
+        kv_rank: int
+        rope_dim: int
+        nope_dim: int
+        v_dim: int
+        n_layers: int
+        q_rank: int | None = None
 
-    def __post_init__(self):
-        for name in ("d_model", "n_heads", "head_dim", "latent", "rope_dim"):
-            check_positive_int(name, getattr(self, name))
-        if self.rope_dim % 2:
-            raise ValueError(f"rope_dim must be even (RoPE turns pairs of dimensions); got "
-                             f"{self.rope_dim}")
-        check_positive("rope_theta", self.rope_theta)
+        def __post_init__(self):
+            for f in ("d_model", "n_heads", "kv_rank", "rope_dim", "nope_dim", "v_dim",
+                      "n_layers"):
+                check_positive_int(f, getattr(self, f))
+            if self.q_rank is not None:
+                check_positive_int("q_rank", self.q_rank)
 
-
+# RoPE's base for the d_r rotary dimensions (DeepSeek-V3 uses 10,000 before its context
+# extension; the toy layer needs only some base).
+ROPE_THETA = 10000.0
+_MLA_FIELDS = ("d_model", "n_heads", "kv_rank", "rope_dim", "nope_dim", "v_dim")
 _MLA_KEYS = ("w_q", "w_qr", "w_dkv", "w_kr", "w_uk", "w_uv", "w_o")
 _ABSORBED_KEYS = ("w_qk", "w_qr", "w_dkv", "w_kr", "w_ov")
 
 
-def _cfg(cfg) -> MLAConfig:
-    if not isinstance(cfg, MLAConfig):
-        raise ValueError(f"cfg must be an MLAConfig; got {type(cfg).__name__}")
-    return cfg
+def _cfg(cfg):
+    """(D, H, d_c, d_r, d_n, d_v) of an MLA configuration, checked."""
+    missing = [f for f in _MLA_FIELDS if not hasattr(cfg, f)]
+    if missing:
+        raise ValueError(f"cfg must be an MLAConfig (fields {', '.join(_MLA_FIELDS)}); "
+                         f"{type(cfg).__name__} lacks {missing}")
+    dims = tuple(check_positive_int(f, getattr(cfg, f)) for f in _MLA_FIELDS)
+    if dims[3] % 2:
+        raise ValueError(f"rope_dim must be even (RoPE turns pairs of dimensions); got "
+                         f"{dims[3]}")
+    if getattr(cfg, "q_rank", None) is not None:
+        raise ValueError(f"this small MLA layer takes its queries from x directly: give a "
+                         f"config with q_rank=None (got q_rank={cfg.q_rank})")
+    return dims
 
 
-def init_mla(cfg: MLAConfig, key: int = 0, dtype=jnp.float32) -> dict:
-    """Random parameters: ``w_q`` [D, H, h], ``w_qr`` [D, H, d_r] (queries, content and
-    RoPE part), ``w_dkv`` [D, d_c] (down-projection to the latent), ``w_kr`` [D, d_r] (the
-    shared RoPE key), ``w_uk`` and ``w_uv`` [d_c, H, h] (up-projections to K and V),
-    ``w_o`` [H, h, D]. Std 1/sqrt(fan-in), NumPy's generator seeded by ``key``."""
-    c = _cfg(cfg)
+def init_mla(cfg, key: int = 0, dtype=jnp.float32) -> dict:
+    """Random parameters of one MLA layer for ``cfg`` (an :class:`MLAConfig` with
+    ``q_rank=None``): ``w_q`` [D, H, d_n] and ``w_qr`` [D, H, d_r] (queries: the part
+    matched against the latent's keys and the rotary part), ``w_dkv`` [D, d_c] (down to the
+    latent), ``w_kr`` [D, d_r] (the rotary key all heads share), ``w_uk`` [d_c, H, d_n] and
+    ``w_uv`` [d_c, H, d_v] (up-projections to keys and values), ``w_o`` [H, d_v, D]. Std
+    1/sqrt(fan-in), NumPy's generator seeded by ``key``."""
+    D, H, dc, dr, dn, dv = _cfg(cfg)
     rng = _rng(key)
-    D, H, h, dc, dr = c.d_model, c.n_heads, c.head_dim, c.latent, c.rope_dim
 
     def w(shape, fan_in):
         return jnp.asarray(rng.standard_normal(shape) / math.sqrt(fan_in), dtype)
 
-    return {"w_q": w((D, H, h), D), "w_qr": w((D, H, dr), D), "w_dkv": w((D, dc), D),
-            "w_kr": w((D, dr), D), "w_uk": w((dc, H, h), dc), "w_uv": w((dc, H, h), dc),
-            "w_o": w((H, h, D), H * h)}
+    return {"w_q": w((D, H, dn), D), "w_qr": w((D, H, dr), D), "w_dkv": w((D, dc), D),
+            "w_kr": w((D, dr), D), "w_uk": w((dc, H, dn), dc), "w_uv": w((dc, H, dv), dc),
+            "w_o": w((H, dv, D), H * dv)}
 
 
-def _check_params(c: MLAConfig, params, keys):
+def _check_params(params, keys):
     if not isinstance(params, dict) or any(k not in params for k in keys):
         other = "absorb_mla(cfg, params)" if "w_qk" in keys else "init_mla(cfg)"
         raise ValueError(f"params must hold {', '.join(keys)} (from {other}); got "
                          f"{sorted(params) if isinstance(params, dict) else type(params)}")
 
 
-def absorb_mla(cfg: MLAConfig, params) -> dict:
-    """The absorbed weights (done once, not per step): ``w_qk`` [D, H, d_c] = W_Q W_UK^T
-    per head, so a query meets the latent c directly (q_h . (W_UK,h^T c) = (W_UK,h q_h) . c);
-    ``w_ov`` [H, d_c, D] = W_UV W_O per head, so the attention-weighted latent goes
-    straight to the output. ``w_qr``, ``w_dkv``, ``w_kr`` are kept as they are."""
-    c = _cfg(cfg)
-    _check_params(c, params, _MLA_KEYS)
+def absorb_mla(cfg, params) -> dict:
+    """The absorbed weights, computed once (not per step): ``w_qk`` [D, H, d_c] = W_Q W_UK^T
+    per head, so that a query meets the latent directly (q_i . (W_UK,i^T c) =
+    (W_UK,i q_i) . c), and ``w_ov`` [H, d_c, D] = W_UV W_O per head, so that the
+    attention-weighted latent goes straight to the output. ``w_qr``, ``w_dkv``, ``w_kr``
+    are kept as they are."""
+    _cfg(cfg)
+    _check_params(params, _MLA_KEYS)
     return {"w_qk": jnp.einsum("dhe,che->dhc", params["w_q"], params["w_uk"]),
-            "w_ov": jnp.einsum("che,hed->hcd", params["w_uv"], params["w_o"]),
+            "w_ov": jnp.einsum("chv,hvd->hcd", params["w_uv"], params["w_o"]),
             "w_qr": params["w_qr"], "w_dkv": params["w_dkv"], "w_kr": params["w_kr"]}
 
 
-def mla_latent(cfg: MLAConfig, params, x, start: int = 0):
+def mla_latent(cfg, params, x, start: int = 0):
     """The cache entries of tokens ``x`` [B, S, D] at positions start .. start + S - 1:
-    (c [B, S, d_c], k_R [B, S, d_r]), the latent and the rotated RoPE key. This is all the
-    cache keeps per token and layer (:func:`mla_cache_bytes_per_token`)."""
-    c = _cfg(cfg)
-    _check_params(c, params, ("w_dkv", "w_kr"))
-    if len(x.shape) != 3 or x.shape[2] != c.d_model:
-        raise ValueError(f"x must be [B, S, D={c.d_model}]; got shape {tuple(x.shape)}")
+    (c [B, S, d_c], k_R [B, S, d_r]), the latent and the rotated shared key, all the cache
+    keeps per token and layer ((d_c + d_r) s bytes)."""
+    D, _, _, dr, _, _ = _cfg(cfg)
+    _check_params(params, ("w_dkv", "w_kr"))
+    if len(x.shape) != 3 or x.shape[2] != D:
+        raise ValueError(f"x must be [B, S, D={D}]; got shape {tuple(x.shape)}")
     S = x.shape[1]
-    cos, sin = rope_angles(jnp.arange(start, start + S)[None, :], c.rope_dim, c.rope_theta)
+    cos, sin = rope_angles(jnp.arange(start, start + S)[None, :], dr, ROPE_THETA)
     kr = apply_rope((x @ params["w_kr"])[:, :, None, :], cos, sin)[:, :, 0, :]
     return x @ params["w_dkv"], kr
 
 
-def _check_cache(c: MLAConfig, x, cache):
+def _check_cache(dims, x, cache):
+    D, _, dc, dr, _, _ = dims
     if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
         raise ValueError("cache must be (c [B, T, d_c], k_R [B, T, d_r]) from mla_latent")
     lat, kr = cache
-    if len(x.shape) != 2 or x.shape[1] != c.d_model:
-        raise ValueError(f"x must be [B, D={c.d_model}] (one new token per sequence); got "
-                         f"shape {tuple(x.shape)}")
+    if len(x.shape) != 2 or x.shape[1] != D:
+        raise ValueError(f"x must be [B, D={D}] (one new token per sequence); got shape "
+                         f"{tuple(x.shape)}")
     B = x.shape[0]
-    if len(lat.shape) != 3 or tuple(lat.shape[::2]) != (B, c.latent) or \
-            tuple(kr.shape) != (B, lat.shape[1], c.rope_dim):
-        raise ValueError(f"cache must be c [B={B}, T, d_c={c.latent}] and k_R [B, T, "
-                         f"d_r={c.rope_dim}]; got {tuple(lat.shape)} and {tuple(kr.shape)}")
+    if len(lat.shape) != 3 or (lat.shape[0], lat.shape[2]) != (B, dc) or \
+            tuple(kr.shape) != (B, lat.shape[1], dr):
+        raise ValueError(f"cache must be c [B={B}, T, d_c={dc}] and k_R [B, T, d_r={dr}]; "
+                         f"got {tuple(lat.shape)} and {tuple(kr.shape)}")
     return B, lat.shape[1]
 
 
-def mla_decode(cfg: MLAConfig, params, x, cache, absorbed: bool = False):
+def mla_decode(cfg, params, x, cache, absorbed: bool = False):
     """One decode step: the new tokens ``x`` [B, D] (one per sequence, at position T - 1)
     attend to ``cache`` = (c [B, T, d_c], k_R [B, T, d_r]) from :func:`mla_latent`, whose
     last entry is their own. Returns the attention output [B, D].
 
-    ``absorbed=False`` (``params`` from :func:`init_mla`): K = c W_UK and V = c W_UV are
-    materialised for all T positions, [B, T, H, h] each, and attention runs per head as
-    usual. ``absorbed=True`` (``params`` from :func:`absorb_mla`): each head's query is
-    moved into the latent space (x W_QK, [B, H, d_c]), scores are taken against c itself,
-    the weighted sum of c [B, H, d_c] goes through W_OV: no [B, T, H, h] array exists.
-    Both add the RoPE part q_R . k_R and scale by 1/sqrt(h + d_r)."""
-    c = _cfg(cfg)
+    ``absorbed=False`` (``params`` from :func:`init_mla`): keys c W_UK [B, T, H, d_n] and
+    values c W_UV [B, T, H, d_v] are materialised from the cache and attention runs per
+    head as usual. ``absorbed=True`` (``params`` from :func:`absorb_mla`): each head's
+    query is taken into the latent space (x W_QK, [B, H, d_c]), scores are taken against c
+    itself, and the weighted sum of c, [B, H, d_c], goes through W_OV: no [B, T, H, ...]
+    array exists. Both add the rotary part q_R . k_R and scale by 1/sqrt(d_n + d_r)."""
+    dims = _cfg(cfg)
     if not isinstance(absorbed, bool):
         raise ValueError(f"absorbed must be True or False; got {absorbed!r}")
-    _check_params(c, params, _ABSORBED_KEYS if absorbed else _MLA_KEYS)
-    _, T = _check_cache(c, x, cache)
+    _check_params(params, _ABSORBED_KEYS if absorbed else _MLA_KEYS)
+    _, T = _check_cache(dims, x, cache)
+    _, _, _, dr, dn, _ = dims
     lat, kr = cache
-    cos, sin = rope_angles(jnp.full((1, 1), T - 1), c.rope_dim, c.rope_theta)
+    cos, sin = rope_angles(jnp.full((1, 1), T - 1), dr, ROPE_THETA)
     qr = apply_rope(jnp.einsum("bd,dhr->bhr", x, params["w_qr"])[:, None], cos, sin)[:, 0]
-    scale = 1.0 / math.sqrt(c.head_dim + c.rope_dim)
+    scale = 1.0 / math.sqrt(dn + dr)
     rope_scores = jnp.einsum("bhr,btr->bht", qr, kr)
     if absorbed:
         ql = jnp.einsum("bd,dhc->bhc", x, params["w_qk"])
@@ -539,15 +563,9 @@ def mla_decode(cfg: MLAConfig, params, x, cache, absorbed: bool = False):
         return jnp.einsum("bhc,hcd->bd", jnp.einsum("bht,btc->bhc", p, lat), params["w_ov"])
     q = jnp.einsum("bd,dhe->bhe", x, params["w_q"])
     k = jnp.einsum("btc,che->bthe", lat, params["w_uk"])
-    v = jnp.einsum("btc,che->bthe", lat, params["w_uv"])
+    v = jnp.einsum("btc,chv->bthv", lat, params["w_uv"])
     p = jax.nn.softmax((jnp.einsum("bhe,bthe->bht", q, k) + rope_scores) * scale, -1)
-    return jnp.einsum("bhe,hed->bd", jnp.einsum("bht,bthe->bhe", p, v), params["w_o"])
-
-
-def mla_cache_bytes_per_token(cfg: MLAConfig, bytes_per_element: float = 2) -> float:
-    """Bytes one token adds to one layer's latent cache: (d_c + d_r) s."""
-    c = _cfg(cfg)
-    return (c.latent + c.rope_dim) * check_positive("bytes_per_element", bytes_per_element)
+    return jnp.einsum("bhv,hvd->bd", jnp.einsum("bht,bthv->bhv", p, v), params["w_o"])
 
 
 @dataclass(frozen=True)
@@ -555,11 +573,11 @@ class DecodeCost:
     """FLOPs and bytes of one MLA decode step (B sequences, T cached positions).
 
     ``flops``: the matmuls' (2 per multiply-add; softmax and RoPE left out). Bytes, each
-    read or written once: ``weight_bytes`` (the weights this form uses), ``cache_bytes``
-    (the latent cache, B T (d_c + d_r) s), ``io_bytes`` (x in, the output out),
-    ``materialised_bytes`` (unabsorbed only: K and V [B, T, H, h] written and read back
-    once each; a kernel that fused the up-projection into attention would save these
-    bytes, not the FLOPs)."""
+    array read or written once: ``weight_bytes`` (the weights this form uses),
+    ``cache_bytes`` (the latent cache, B T (d_c + d_r) s), ``io_bytes`` (x in, the output
+    out, B D s each), ``materialised_bytes`` (unabsorbed only: keys and values
+    [B, T, H, d_n + d_v] written and read back once; a kernel that fused the up-projection
+    into attention would save these bytes, not the FLOPs)."""
 
     flops: float
     weight_bytes: float
@@ -577,31 +595,31 @@ class DecodeCost:
         return self.flops / self.bytes
 
 
-def mla_decode_cost(cfg: MLAConfig, batch: int, context: int, absorbed: bool,
+def mla_decode_cost(cfg, batch: int, context: int, absorbed: bool,
                     bytes_per_element: float = 4) -> DecodeCost:
     """FLOPs and bytes of :func:`mla_decode` for ``batch`` (B) sequences against
     ``context`` (T) cached positions, in one form.
 
-    Unabsorbed: queries 2BDH(h + d_r); K and V up-projected, 2 x 2BT d_c Hh; scores
-    2BHT(h + d_r); weighted V 2BHTh; output 2BHhD. Absorbed: queries 2BDH(d_c + d_r);
-    scores 2BHT(d_c + d_r); weighted latent 2BHT d_c; output 2BH d_c D. Weights: the
-    unabsorbed form reads W_Q, W_QR, W_UK, W_UV, W_O; the absorbed one W_QK, W_QR, W_OV
-    (each once per step, whatever B)."""
-    c = _cfg(cfg)
+    Unabsorbed: queries 2BDH(d_n + d_r); keys and values from the cache 2BT d_c H (d_n +
+    d_v); scores 2BHT(d_n + d_r); weighted values 2BHT d_v; output 2BH d_v D. Absorbed:
+    queries 2BDH(d_c + d_r); scores 2BHT(d_c + d_r); weighted latent 2BHT d_c; output
+    2BH d_c D. Weights, each read once per step whatever B: unabsorbed W_Q, W_QR, W_UK,
+    W_UV, W_O; absorbed W_QK, W_QR, W_OV."""
+    D, H, dc, dr, dn, dv = _cfg(cfg)
     B = check_positive_int("batch", batch)
     T = check_positive_int("context", context)
     if not isinstance(absorbed, bool):
         raise ValueError(f"absorbed must be True or False; got {absorbed!r}")
     s = check_positive("bytes_per_element", bytes_per_element)
-    D, H, h, dc, dr = c.d_model, c.n_heads, c.head_dim, c.latent, c.rope_dim
     if absorbed:
         flops = 2 * B * H * (D * (dc + dr) + T * (dc + dr) + T * dc + dc * D)
-        weights = D * H * dc + D * H * dr + H * dc * D
+        weights = D * H * (dc + dr) + H * dc * D
         mat = 0
     else:
-        flops = 2 * B * H * (D * (h + dr) + 2 * T * dc * h + T * (h + dr) + T * h + h * D)
-        weights = D * H * h + D * H * dr + 2 * dc * H * h + H * h * D
-        mat = 2 * 2 * B * T * H * h
+        flops = 2 * B * H * (D * (dn + dr) + T * dc * (dn + dv) + T * (dn + dr) + T * dv
+                             + dv * D)
+        weights = D * H * (dn + dr) + dc * H * (dn + dv) + H * dv * D
+        mat = 2 * B * T * H * (dn + dv)
     return DecodeCost(flops=float(flops), weight_bytes=weights * s,
                       cache_bytes=B * T * (dc + dr) * s, io_bytes=2 * B * D * s,
                       materialised_bytes=mat * s)

@@ -215,7 +215,12 @@ def test_moe_errors_are_clear():
 # Multi-head latent attention
 # ------------------------------------------------------------------------------------------
 
-MLA_CASES = [(fm.MLAConfig(64, 8, 16, 32, 8), 2, 64), (fm.MLAConfig(48, 3, 8, 24, 4), 3, 17)]
+def mla_config(D, H, dc, dr, dn, dv):
+    return fm.MLAConfig(d_model=D, n_heads=H, kv_rank=dc, rope_dim=dr, nope_dim=dn,
+                        v_dim=dv, n_layers=1)
+
+
+MLA_CASES = [(mla_config(64, 8, 32, 8, 16, 16), 2, 64), (mla_config(48, 3, 24, 4, 8, 12), 3, 17)]
 
 
 def mla_inputs(cfg, B, T, seed=0):
@@ -234,7 +239,7 @@ def numpy_attention(cfg, params, x, xs):
     dr = cfg.rope_dim
 
     def rope(v, pos):                    # v [..., dr], pairs (i, i + dr/2)
-        ang = pos * cfg.rope_theta ** (-np.arange(0, dr, 2) / dr)
+        ang = pos * fm.ROPE_THETA ** (-np.arange(0, dr, 2) / dr)
         a, b = v[..., :dr // 2], v[..., dr // 2:]
         return np.concatenate([a * np.cos(ang) - b * np.sin(ang),
                                b * np.cos(ang) + a * np.sin(ang)], -1)
@@ -242,14 +247,14 @@ def numpy_attention(cfg, params, x, xs):
     lat = xs @ P["w_dkv"]
     kr = np.stack([rope(xs[:, t] @ P["w_kr"], t) for t in range(T)], 1)      # [B, T, dr]
     k = np.einsum("btc,che->bthe", lat, P["w_uk"])
-    v = np.einsum("btc,che->bthe", lat, P["w_uv"])
+    v = np.einsum("btc,chv->bthv", lat, P["w_uv"])
     q = np.einsum("bd,dhe->bhe", x, P["w_q"])
     qr = rope(np.einsum("bd,dhr->bhr", x, P["w_qr"]), T - 1)
     s = (np.einsum("bhe,bthe->bht", q, k) + np.einsum("bhr,btr->bht", qr, kr))
-    s = s / math.sqrt(cfg.head_dim + dr)
+    s = s / math.sqrt(cfg.nope_dim + dr)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    return np.einsum("bhe,hed->bd", np.einsum("bht,bthe->bhe", p, v), P["w_o"])
+    return np.einsum("bhv,hvd->bd", np.einsum("bht,bthv->bhv", p, v), P["w_o"])
 
 
 @pytest.mark.parametrize("cfg, B, T", MLA_CASES)
@@ -260,7 +265,7 @@ def test_mla_absorbed_equals_unabsorbed_equals_plain_attention(cfg, B, T):
     np.testing.assert_allclose(np.asarray(absorbed), np.asarray(plain), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(plain), numpy_attention(cfg, params, x, xs),
                                rtol=1e-4, atol=1e-5)
-    assert cache[0].shape == (B, T, cfg.latent) and cache[1].shape == (B, T, cfg.rope_dim)
+    assert cache[0].shape == (B, T, cfg.kv_rank) and cache[1].shape == (B, T, cfg.rope_dim)
 
 
 @pytest.mark.parametrize("cfg, B, T", MLA_CASES)
@@ -271,7 +276,7 @@ def test_mla_decode_cost_against_the_compiled_program(cfg, B, T, absorbed):
     elementwise work (softmax, scale, RoPE), at most a few FLOPs per score. Bytes: what
     the step reads (weights, cache, x) equals XLA's argument bytes (memory_analysis): it
     checks which arrays each form reads, not traffic, which a CPU cannot show."""
-    params, x, cache, xs = mla_inputs(cfg, B, T)
+    params, x, cache, _ = mla_inputs(cfg, B, T)
     if absorbed:
         params = fm.absorb_mla(cfg, params)
     compiled = jax.jit(lambda p, x, c: fm.mla_decode(cfg, p, x, c, absorbed)).lower(
@@ -280,33 +285,37 @@ def test_mla_decode_cost_against_the_compiled_program(cfg, B, T, absorbed):
     dots = sum(op.flops * op.count for op in hlo.ops(compiled))
     assert dots == ours.flops
     xla = hlo.cost(compiled)["flops"]
-    assert ours.flops <= xla <= ours.flops + 12 * B * cfg.n_heads * T + 8 * B * cfg.d_model \
-        + 8 * B * cfg.n_heads * cfg.rope_dim
+    H = cfg.n_heads
+    assert ours.flops <= xla <= ours.flops + 12 * B * H * T + 8 * B * H * cfg.rope_dim
     assert hlo.memory(compiled).arguments == ours.weight_bytes + ours.cache_bytes \
         + ours.io_bytes / 2
     assert hlo.memory(compiled).outputs == ours.io_bytes / 2
 
 
-def test_mla_cost_by_hand_and_the_absorbed_advantage():
-    cfg = fm.MLAConfig(64, 8, 16, 32, 8)
+def test_mla_cost_by_hand():
+    cfg = mla_config(64, 8, 32, 8, 16, 24)
     B, T = 2, 64
     un = fm.mla_decode_cost(cfg, B, T, absorbed=False, bytes_per_element=2)
     ab = fm.mla_decode_cost(cfg, B, T, absorbed=True, bytes_per_element=2)
-    # K and V from the cache: 2 x 2 B T d_c H h = 2 x 2 x 2 x 64 x 32 x 8 x 16
-    assert un.flops - ab.flops > 2 * 2 * B * T * 32 * 8 * 16 * 0.9
-    assert un.materialised_bytes == 2 * 2 * B * T * 8 * 16 * 2 and ab.materialised_bytes == 0
+    # keys and values from the cache: 2 B T d_c H (d_n + d_v) = 2 x 2 x 64 x 32 x 8 x 40
+    assert un.flops - ab.flops > 2 * B * T * 32 * 8 * (16 + 24) * 0.9
+    assert un.materialised_bytes == 2 * B * T * 8 * (16 + 24) * 2 and ab.materialised_bytes == 0
     assert un.cache_bytes == ab.cache_bytes == B * T * (32 + 8) * 2
-    assert fm.mla_cache_bytes_per_token(cfg) == (32 + 8) * 2
-    assert ab.intensity == ab.flops / ab.bytes
+    # absorbed weights: W_QK [64, 8, 32], W_QR [64, 8, 8], W_OV [8, 32, 64], bf16
+    assert ab.weight_bytes == (64 * 8 * 32 + 64 * 8 * 8 + 8 * 32 * 64) * 2
+    assert ab.io_bytes == 2 * B * 64 * 2 and ab.intensity == ab.flops / ab.bytes
 
 
 def test_mla_errors_are_clear():
     with pytest.raises(ValueError, match="rope_dim must be even"):
-        fm.MLAConfig(64, 8, 16, 32, 7)
-    with pytest.raises(ValueError, match="latent must be a positive integer"):
-        fm.MLAConfig(64, 8, 16, 0, 8)
-    cfg = fm.MLAConfig(32, 2, 8, 16, 4)
-    params, x, cache, xs = mla_inputs(cfg, 2, 5)
+        fm.init_mla(mla_config(64, 8, 32, 7, 16, 16))
+    with pytest.raises(ValueError, match="q_rank=None"):
+        fm.init_mla(fm.MLAConfig(d_model=64, n_heads=8, kv_rank=32, rope_dim=8, nope_dim=16,
+                                 v_dim=16, n_layers=1, q_rank=24))
+    with pytest.raises(ValueError, match="lacks"):
+        fm.init_mla((32, 2, 8, 16, 4))
+    cfg = mla_config(32, 2, 16, 4, 8, 8)
+    params, x, cache, _ = mla_inputs(cfg, 2, 5)
     with pytest.raises(ValueError, match=r"from absorb_mla\(cfg, params\)"):
         fm.mla_decode(cfg, params, x, cache, absorbed=True)
     with pytest.raises(ValueError, match=r"from init_mla\(cfg\)"):
@@ -317,5 +326,3 @@ def test_mla_errors_are_clear():
         fm.mla_decode(cfg, params, x[:, :4], cache)
     with pytest.raises(ValueError, match="absorbed must be True or False"):
         fm.mla_decode_cost(cfg, 1, 4, absorbed="yes")
-    with pytest.raises(ValueError, match="cfg must be an MLAConfig"):
-        fm.init_mla((32, 2, 8, 16, 4))
