@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -151,13 +152,16 @@ def _route(x, router, bias, k):
     return idx, chosen / jnp.sum(chosen, axis=-1, keepdims=True)
 
 
+_route_jit = jax.jit(_route, static_argnums=3)
+
+
 def moe_route(params, x, top_k: int):
     """DeepSeek-V3's routing of tokens ``x`` [T, D]: (experts [T, k] int32, first choice
     first; gates [T, k] summing to 1 per token). Scores s = sigmoid(x W_router); the k
     experts with the largest s + bias are chosen (the bias steers the choice only); each
     chosen expert's gate is its s over the sum of the k chosen s."""
     _, _, E, _ = _moe_dims(params, x)
-    return _route(x, params["router"], params["bias"], _top_k(top_k, E))
+    return _route_jit(x, params["router"], params["bias"], _top_k(top_k, E))
 
 
 def _swiglu(x, w_gate, w_up, w_down):
@@ -168,14 +172,22 @@ def moe_dense(params, x, top_k: int, keep=None):
     """The MoE layer's output [T, D] for tokens ``x`` [T, D], computed directly: each token
     through its own k experts (their weights gathered per token), weighted by the gates,
     plus the shared expert. ``keep`` (optional, [T, k] of 0/1, e.g. from :func:`moe_kept`)
-    leaves out the pairs it marks 0, as the sharded layer does for dropped pairs."""
-    _moe_dims(params, x)
-    idx, gates = moe_route(params, x, top_k)
-    if keep is not None:
-        if tuple(np.shape(keep)) != tuple(idx.shape):
-            raise ValueError(f"keep must be [tokens, top_k] = {tuple(idx.shape)}; got "
-                             f"{tuple(np.shape(keep))}")
-        gates = gates * jnp.asarray(keep, gates.dtype)
+    leaves out the pairs it marks 0, as the sharded layer does for dropped pairs.
+    Compiled once per shape (``jax.jit``)."""
+    _, _, E, _ = _moe_dims(params, x)
+    k = _top_k(top_k, E)
+    if keep is None:
+        keep = np.ones((x.shape[0], k), np.float32)
+    elif tuple(np.shape(keep)) != (x.shape[0], k):
+        raise ValueError(f"keep must be [tokens, top_k] = {(x.shape[0], k)}; got "
+                         f"{tuple(np.shape(keep))}")
+    return _moe_dense(params, x, k, keep)
+
+
+@partial(jax.jit, static_argnums=2)
+def _moe_dense(params, x, k, keep):
+    idx, gates = _route(x, params["router"], params["bias"], k)
+    gates = gates * jnp.asarray(keep, gates.dtype)
     wg, wu, wd = (params[n][idx] for n in ("w_gate", "w_up", "w_down"))   # [T, k, ...]
     h = jax.nn.silu(jnp.einsum("td,tkdf->tkf", x, wg)) * jnp.einsum("td,tkdf->tkf", x, wu)
     y = jnp.einsum("tk,tkd->td", gates, jnp.einsum("tkf,tkfd->tkd", h, wd))
@@ -500,6 +512,11 @@ def absorb_mla(cfg, params) -> dict:
     are kept as they are."""
     _cfg(cfg)
     _check_params(params, _MLA_KEYS)
+    return _absorb({k: params[k] for k in _MLA_KEYS})
+
+
+@jax.jit
+def _absorb(params):
     return {"w_qk": jnp.einsum("dhe,che->dhc", params["w_q"], params["w_uk"]),
             "w_ov": jnp.einsum("chv,hvd->hcd", params["w_uv"], params["w_o"]),
             "w_qr": params["w_qr"], "w_dkv": params["w_dkv"], "w_kr": params["w_kr"]}
@@ -513,10 +530,18 @@ def mla_latent(cfg, params, x, start: int = 0):
     _check_params(params, ("w_dkv", "w_kr"))
     if len(x.shape) != 3 or x.shape[2] != D:
         raise ValueError(f"x must be [B, S, D={D}]; got shape {tuple(x.shape)}")
-    S = x.shape[1]
+    if isinstance(start, bool) or not isinstance(start, numbers.Integral) or start < 0:
+        raise ValueError(f"start must be an integer >= 0 (the first token's position); got "
+                         f"{start!r}")
+    return _latent(params["w_dkv"], params["w_kr"], x, int(start))
+
+
+@partial(jax.jit, static_argnums=3)
+def _latent(w_dkv, w_kr, x, start):
+    S, dr = x.shape[1], w_kr.shape[1]
     cos, sin = rope_angles(jnp.arange(start, start + S)[None, :], dr, ROPE_THETA)
-    kr = apply_rope((x @ params["w_kr"])[:, :, None, :], cos, sin)[:, :, 0, :]
-    return x @ params["w_dkv"], kr
+    kr = apply_rope((x @ w_kr)[:, :, None, :], cos, sin)[:, :, 0, :]
+    return x @ w_dkv, kr
 
 
 def _check_cache(dims, x, cache):
@@ -550,9 +575,15 @@ def mla_decode(cfg, params, x, cache, absorbed: bool = False):
     if not isinstance(absorbed, bool):
         raise ValueError(f"absorbed must be True or False; got {absorbed!r}")
     _check_params(params, _ABSORBED_KEYS if absorbed else _MLA_KEYS)
-    _, T = _check_cache(dims, x, cache)
-    _, _, _, dr, dn, _ = dims
+    _check_cache(dims, x, cache)
+    keys = _ABSORBED_KEYS if absorbed else _MLA_KEYS
+    return _decode({k: params[k] for k in keys}, x, tuple(cache), dims[4], absorbed)
+
+
+@partial(jax.jit, static_argnums=(3, 4))
+def _decode(params, x, cache, dn, absorbed):
     lat, kr = cache
+    T, dr = lat.shape[1], kr.shape[2]
     cos, sin = rope_angles(jnp.full((1, 1), T - 1), dr, ROPE_THETA)
     qr = apply_rope(jnp.einsum("bd,dhr->bhr", x, params["w_qr"])[:, None], cos, sin)[:, 0]
     scale = 1.0 / math.sqrt(dn + dr)
