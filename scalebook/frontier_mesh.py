@@ -360,8 +360,20 @@ class ExpertParallelMoE:
 
         rep, ex = P(), P(a)
         in_specs = (P(a, None), rep, rep, ex, ex, ex) + ((rep, rep, rep) if shared else ())
-        f = jax.jit(jax.shard_map(body, mesh=self.mesh, in_specs=in_specs,
-                                  out_specs=(P(a, None), P(a)), check_vma=True))
+        smap = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs,
+                             out_specs=(P(a, None), P(a)), check_vma=True)
+        # shard_map on an Explicit axis wants its inputs split as in_specs already: put
+        # them there (on an Auto axis the partitioner would do it anyway).
+        explicit = any(t == jax.sharding.AxisType.Explicit
+                       for t in getattr(self.mesh, "axis_types", ()))
+
+        def placed(*args):
+            if explicit:
+                args = [jax.reshard(v, jax.sharding.NamedSharding(self.mesh, spec))
+                        for v, spec in zip(args, in_specs)]
+            return smap(*args)
+
+        f = jax.jit(placed)
         self._jitted[key] = f
         return f
 

@@ -129,6 +129,20 @@ def test_expert_parallel_drops_what_the_capacity_rule_drops(mesh, axis, D, F, E,
     assert not np.allclose(np.asarray(out.y), np.asarray(fm.moe_dense(p, x, k)), atol=1e-3)
 
 
+def test_an_explicit_mesh_works_too():
+    """jax.make_mesh's default axes are Explicit, where shard_map wants its inputs already
+    split as in_specs say: the layer puts them there, and adds no collective doing so."""
+    mesh = scalebook.make_mesh((8,), ("ep",), explicit=True)
+    p = fm.init_moe(16, 32, 8, shared_ff=8, key=5)
+    x = tokens(64, 16, seed=5)
+    layer = fm.moe_expert_parallel(mesh, "ep", top_k=2, capacity_factor=4.0)
+    out = layer(p, x)
+    assert int(out.dropped.sum()) == 0
+    np.testing.assert_allclose(np.asarray(out.y), np.asarray(fm.moe_dense(p, x, 2)),
+                               rtol=1e-5, atol=1e-5)
+    assert layer.all_to_alls(p, x).matches
+
+
 def test_moe_kept_fills_first_choices_first():
     # one device, capacity 1: expert 0 is every token's first choice and token 0's second
     experts = np.array([[1, 0], [0, 2], [0, 3]])
