@@ -492,7 +492,7 @@ def _cfg(cfg):
 
 
 def init_mla(cfg, key: int = 0, dtype=jnp.float32) -> dict:
-    """Random parameters of one MLA layer for ``cfg`` (an :class:`MLAConfig` with
+    """Random parameters of one MLA layer for ``cfg`` (an ``models.MLAConfig`` with
     ``q_rank=None``): ``w_q`` [D, H, d_n] and ``w_qr`` [D, H, d_r] (queries: the part
     matched against the latent's keys and the rotary part), ``w_dkv`` [D, d_c] (down to the
     latent), ``w_kr`` [D, d_r] (the rotary key all heads share), ``w_uk`` [d_c, H, d_n] and
