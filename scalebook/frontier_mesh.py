@@ -404,7 +404,9 @@ class ExpertParallelMoE:
         our buffer [E, C, D] of the input's dtype, so that the ring-model bytes
         :mod:`scalebook.hlo` derives from them equal (n - 1)/n E C D s. It checks the shapes
         and groups the compiler chose against our formula, not the time or the bytes a
-        real network would carry (the (n - 1)/n factor is the ring model, applied to both)."""
+        real network would carry (the (n - 1)/n factor is the ring model, applied to both).
+        Use float32 on a CPU: XLA:CPU runs a bf16 all-to-all in f32 (chapter 3), so a bf16
+        layer's all-to-alls move twice the bytes s = 2 predicts and ``matches`` is False."""
         D, _, E, _, T, C = self._check(params, x)
         if compiled is None:
             compiled = self.compile(params, x)
