@@ -26,6 +26,8 @@ Modules (chapter that derives them)::
   multihost       several JAX processes on one machine: jax.distributed on CPU (10)
   sharding        JAX's three modes: checked shardings, lowered collectives, collective matmul,
                   a LLaMA-3 layer in auto/explicit/manual mode (10)
+  frontier_mesh   a DeepSeek-style MoE layer with expert parallelism (shard_map, two
+                  all-to-alls) and latent attention absorbed or not, on the mesh (12)
   measure         timing on this machine: measured matmul and bandwidth rooflines (1);
                   GPU measurements stored by tools/gpu_measure.py (11)
   plots           the book's figures: chip colours, roofline plots
@@ -114,6 +116,9 @@ Formula or task -> function::
   a collective across GPU nodes, by phase         collectives.hierarchical_time / hierarchical_phases (Phase)
   fat-tree size, one rail-optimised unit          topology.fat_tree_endpoints / scalable_unit (ScalableUnit)
   DP tokens per shard across nodes, EP width F*   parallelism.hierarchical_dp_critical_batch / ep_critical_width
+  MoE layer: dense reference, expert-parallel     frontier_mesh.moe_dense / moe_expert_parallel (ExpertParallelMoE)
+  expert-parallel all-to-alls in compiled HLO     frontier_mesh.ExpertParallelMoE.all_to_alls (MoEAllToAlls)
+  MLA decode absorbed or not, FLOPs and bytes     frontier_mesh.mla_decode / mla_decode_cost (DecodeCost)
 """
 
 from .mesh import make_mesh, setup
