@@ -107,9 +107,11 @@ def describe_figure(fig) -> str:
 
 
 def _sharp_described_figures() -> None:
-    """In a notebook with matplotlib's inline backend: draw figures as 2x PNG (sharp on
-    high-density screens, shown at their normal size) with describe_figure's text stored in
-    the PNG, where the book's site reads it for alt text and caption."""
+    """In a notebook with matplotlib's inline backend: the book's figure style
+    (scalebook.plots.book_style: drawn for the site's column), and figures drawn as 2x PNG
+    (sharp on high-density screens, shown at their normal size) with describe_figure's text
+    and scalebook.plots.figure_report's measurements stored in the PNG, where the book's
+    site reads the text for alt text and tests/test_figures.py the measurements."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -127,8 +129,15 @@ def _sharp_described_figures() -> None:
     from IPython.core.pylabtools import retina_figure
     from matplotlib.figure import Figure
 
+    from .plots import REPORT_KEY, book_style, report_json
+
+    book_style()
+
     def png(fig):
-        return retina_figure(fig, base64=True, metadata={"Description": describe_figure(fig)})
+        # Measured first (a draw without output), then saved with the measurements.
+        report = report_json(fig)
+        return retina_figure(fig, base64=True, metadata={"Description": describe_figure(fig),
+                                                         REPORT_KEY: report})
 
     def install(*_):
         ip.display_formatter.formatters["image/png"].for_type(Figure, png)

@@ -656,7 +656,7 @@ def plot_timeline(trace: Trace, ax=None, module: str | None = None, window=None,
     if not events:
         raise ValueError("no ops to draw in this window / for these devices")
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.35 * len(devs) + 1.2))
+        _, ax = plt.subplots(figsize=(7, 0.35 * len(devs) + 1.4))
     t0 = window[0] if window is not None else min(e.start for e in events)
     lane = {d: i for i, d in enumerate(devs)}
     by_kind = defaultdict(list)
@@ -674,7 +674,7 @@ def plot_timeline(trace: Trace, ax=None, module: str | None = None, window=None,
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in KINDS_ORDER if k in by_kind],
-              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=6, frameon=False)
+              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
     if title:
         ax.set_title(title)
     return ax
@@ -879,7 +879,7 @@ def plot_predicted(ops, ax=None, label: str = "", y: float = 0.0):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1.6))
+        _, ax = plt.subplots(figsize=(7, 1.6))
     t = 0.0
     for op in ops:
         if not isinstance(op, PredictedOp):

@@ -4,7 +4,8 @@ Playwright) opens every page from a server on 127.0.0.1 with every other address
 Each page must load with no JavaScript error and no failed request to the local server,
 render every formula (MathJax served by the build itself, so with no network), give every
 image alt text that is not a file path, keep every code block and output within its column,
-and point its Colab and repository links at the one URL in _config.yml. The intro, a chapter
+show every figure's smallest text at least 9 px tall, numbered by chapter and linked to its
+full-size image, and point its Colab and repository links at the one URL in _config.yml. The intro, a chapter
 and the hardware page are screenshot (desktop and phone width) into the test's temporary
 folder, so a failure can be looked at.
 
@@ -124,6 +125,11 @@ MEASURE = """() => {
       i => !i.alt || !i.alt.trim() || /\\.(png|svg|jpe?g|gif)$/i.test(i.alt.trim())
     ).map(i => i.getAttribute('src') + ' alt=' + JSON.stringify(i.alt)),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    figures: Array.from(document.querySelectorAll('.bd-article figure img')).map(i => ({
+      src: i.src, shown: i.getBoundingClientRect().width, natural: i.naturalWidth,
+      link: i.closest('a') ? i.closest('a').href : null,
+      number: (i.closest('figure').querySelector('.caption-number') || {}).textContent || '',
+    })),
     article: !!article,
   };
 }"""
@@ -253,6 +259,48 @@ def test_figures_have_alt_text_and_code_fits_its_column(measured):
         problems += [f"{page}: image without real alt text: {a}" for a in m["noAlt"]]
         problems += [f"{page}: wider than its column: {w}" for w in m["wide"]]
     assert not problems, "\n".join(problems[:60])
+
+
+def test_figure_text_is_at_least_9_px_as_rendered(measured, server):
+    """The smallest text of each chapter figure as the page shows it at 1280 px: the font
+    size of that text in the PNG's pixels (figure_report's points, which scalebook.setup()
+    stores in the PNG, at the PNG's dpi) times the shown width over the PNG's own width
+    (the column shrinks a figure wider than itself). Each figure is also numbered by its
+    chapter (Fig. 5.1, 5.2, ...) and a click on it opens the full-size PNG."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import site_fixes
+    sys.path.pop(0)
+    from scalebook import plots
+
+    base, html = server
+    problems, seen = [], 0
+    for page, (_, m) in measured[0].items():
+        if not page.startswith("notebooks/"):
+            continue
+        chapter = int(page.split("/")[1][:2])
+        for k, fig in enumerate(m["figures"], start=1):
+            seen += 1
+            name = f"{page} figure {k}"
+            if fig["number"].strip() != f"Fig. {chapter}.{k}":
+                problems.append(f"{name}: numbered {fig['number']!r}, not Fig. {chapter}.{k}")
+            if fig["link"] != fig["src"]:
+                problems.append(f"{name}: a click opens {fig['link']}, not the image")
+            png = html / unquote(urlparse(fig["src"]).path).lstrip("/")
+            report = site_fixes.png_text(png.read_bytes(), plots.REPORT_KEY)
+            if not report or not fig["natural"]:
+                problems.append(f"{name}: no figure report in {png.name} / not loaded")
+                continue
+            report = json.loads(report)
+            png_dpi = 2 * report["dpi"]                      # stored at twice the dpi
+            px = fig["shown"] / fig["natural"] * report["min_font_pt"] * png_dpi / 72
+            if px < plots.MIN_TEXT_PX:
+                problems.append(f"{name}: smallest text {report['smallest_text']!r} is "
+                                f"{px:.1f} px ({fig['shown']:.0f} of {fig['natural']} px shown)")
+    assert seen >= 30, f"only {seen} figures on the chapter pages"
+    assert not problems, "\n".join(problems[:40])
 
 
 def test_display_equations_fit_the_column(measured):

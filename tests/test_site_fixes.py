@@ -76,3 +76,17 @@ def test_a_pages_description_is_its_first_paragraph_outside_cells():
     tags = site_fixes.meta_tags('A "title"', desc, "Book", "https://o.github.io/r/p.html")
     assert '<meta name="description" content="You are about' in tags
     assert 'og:title" content="A &quot;title&quot;"' in tags and "og:url" in tags
+
+
+def test_figures_are_numbered_by_chapter():
+    """Sphinx numbers figures through the whole book (the toctree is not numbered);
+    chapter documents get (chapter, k) in their own order, other pages keep theirs."""
+    sphinx = {"book/intro": {"figure": {"a": (1,)}},
+              "notebooks/05_parallelism": {"figure": {"late": (17,), "early": (15,),
+                                                      "mid": (16,)}},
+              "solutions/11_gpus": {"figure": {"s": (40,)}, "table": {"t": (3,)}}}
+    out = site_fixes.chapter_numbers(sphinx)
+    assert out["notebooks/05_parallelism"]["figure"] == {"early": (5, 1), "mid": (5, 2),
+                                                         "late": (5, 3)}
+    assert out["solutions/11_gpus"] == {"figure": {"s": (11, 1)}, "table": {"t": (11, 1)}}
+    assert out["book/intro"] == sphinx["book/intro"]

@@ -11,9 +11,13 @@
 3. **The book's stylesheet and favicon** (``tools/site_static``): no duplicate search header
    on desktop, wide tables and display equations scroll inside themselves, not the page.
 4. **Figures** drawn by a notebook's code become numbered figures with a caption and real
-   alt text. ``scalebook.setup()`` stores a description of every figure in its PNG (title,
-   axes titles and labels); this extension reads it back. A cell can give its own with
-   myst-nb's metadata (``mystnb: {image: {alt: ...}, figure: {caption: ...}}``), which wins.
+   alt text. A figure cell gives its caption as a sentence in myst-nb's metadata
+   (``mystnb: {figure: {caption: ..., name: fig-...}}``; myst-nb makes the figure) and the
+   caption is its alt text too, unless ``mystnb: {image: {alt: ...}}`` gives one. A figure
+   with no caption gets the description ``scalebook.setup()`` stores in its PNG (title,
+   axes titles and labels) as caption and alt. Figures are numbered by chapter (Fig. 5.1,
+   5.2, ...) as sections and exercises are, and a click on one opens the full-size image
+   (Sphinx links an image shown at a set width to its file).
 5. **Offline badge.** The notebooks' "Open in Colab" badge is Colab's online image (Colab and
    GitHub show the notebook's own Markdown, where only an absolute URL works); on the site
    and in the PDF it is the book's own copy, ``_static/colab-badge.svg``.
@@ -240,23 +244,28 @@ def _env_updated(app, env):
 def png_description(path: Path) -> str | None:
     """The figure description scalebook.setup() stores in a PNG (a tEXt or iTXt chunk
     'Description'), read with the standard library (the venv has no PIL)."""
-    import struct
-    import zlib
-
     try:
         data = Path(path).read_bytes()
     except OSError:
         return None
+    return png_text(data, "Description")
+
+
+def png_text(data: bytes, key: str) -> str | None:
+    """The text a PNG (its bytes, DATA) stores under KEY in a tEXt or iTXt chunk, or None."""
+    import struct
+    import zlib
+
     if not data.startswith(b"\x89PNG\r\n\x1a\n"):
         return None
-    pos = 8
+    pos, tag = 8, key.encode("latin-1") + b"\0"
     while pos + 8 <= len(data):
         length, kind = struct.unpack(">I4s", data[pos:pos + 8])
         body = data[pos + 8:pos + 8 + length]
         pos += 12 + length
-        if kind == b"tEXt" and body.startswith(b"Description\0"):
+        if kind == b"tEXt" and body.startswith(tag):
             desc = body.split(b"\0", 1)[1].decode("latin-1")
-        elif kind == b"iTXt" and body.startswith(b"Description\0"):
+        elif kind == b"iTXt" and body.startswith(tag):
             rest = body.split(b"\0", 1)[1]
             compressed, rest = rest[0], rest[2:]
             text = rest.split(b"\0", 2)[2]           # after language tag and keyword
@@ -285,9 +294,18 @@ class NotebookFigures(SphinxTransform):
     def apply(self):
         for image in list(self.document.findall(nodes.image)):
             uri = image.get("uri", "")
-            if not uri or isinstance(image.parent, nodes.figure):
+            if not uri or not _in_cell_output(image):
                 continue
-            if not _in_cell_output(image):
+            figure = next((a for a in _ancestors(image) if isinstance(a, nodes.figure)), None)
+            if figure is not None:
+                # myst-nb made the figure from the cell's caption: the caption is the alt
+                # text too, unless the cell gave its own.
+                figure["classes"] = list(dict.fromkeys(figure["classes"] + ["nb-figure"]))
+                caption = next(iter(figure.findall(nodes.caption)), None)
+                alt = image.get("alt", "")
+                if caption is not None and (not alt or alt == uri or alt.endswith(
+                        (".png", ".svg", ".jpg"))):
+                    image["alt"] = " ".join(caption.astext().split())
                 continue
             alt = image.get("alt")
             desc = png_description(self._find(uri))
@@ -301,6 +319,38 @@ class NotebookFigures(SphinxTransform):
             self.document.set_id(figure)  # an id makes numfig number it
             figure += image
             figure += nodes.caption(desc, desc)
+
+
+CHAPTER_DOC = re.compile(r"^(?:notebooks|solutions)/(\d+)_")
+
+
+def chapter_numbers(fignumbers: dict) -> dict:
+    """Figure (and table, code-block) numbers by chapter: Sphinx numbers them through the
+    whole book when the toctree is not numbered (ours is not: chapter titles carry their
+    numbers, "# 5. ..."), so chapter 5's figures would be Fig. 15, 16, ... . FIGNUMBERS is
+    Sphinx's env.toc_fignumbers (docname -> figtype -> id -> number tuple); in each chapter
+    document (notebooks/05_x, solutions/05_x) the numbers become (5, 1), (5, 2), ... in
+    their order in the document. Returns the new mapping; other documents are unchanged."""
+    out = {}
+    for doc, by_type in fignumbers.items():
+        m = CHAPTER_DOC.match(doc)
+        if not m:
+            out[doc] = by_type
+            continue
+        chapter = int(m.group(1))
+        out[doc] = {figtype: {fid: (chapter, k) for k, (fid, _) in enumerate(
+            sorted(ids.items(), key=lambda item: item[1]), start=1)}
+            for figtype, ids in by_type.items()}
+    return out
+
+
+def _number_by_chapter(app, env):
+    """After Sphinx's own figure numbering (env-get-updated, the TocTreeCollector):
+    renumber by chapter. Returns the documents whose numbers changed, to be written again."""
+    new = chapter_numbers(env.toc_fignumbers)
+    changed = [doc for doc in new if new[doc] != env.toc_fignumbers.get(doc)]
+    env.toc_fignumbers = new
+    return changed
 
 
 def _in_cell_output(node) -> bool:
@@ -339,4 +389,6 @@ def setup(app):
     app.add_js_file("search-fixes.js", priority=200)
     app.add_js_file("book.js")
     app.add_transform(NotebookFigures)
+    # after the TocTreeCollector's numbering (priority 500)
+    app.connect("env-get-updated", _number_by_chapter, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
