@@ -42,7 +42,8 @@ __all__ = [
     "training_memory_per_chip", "largest_model_per_chip",
     "tp_mlp_layer_times", "tp_attention_check", "max_tp_degree", "max_tp_degree_layer",
     "fsdp_tp_layer_times", "optimal_fsdp_degree", "fsdp_tp_critical_batch", "best_2d_split",
-    "check_pipeline", "bubble_fraction", "pipeline_schedule", "simulate_schedule",
+    "check_pipeline", "bubble_fraction", "dualpipe_bubble", "one_f_one_b_bubble",
+    "pipeline_schedule", "simulate_schedule",
     "pipeline_activation_microbatches",
     "moe_capacity", "tokens_dropped", "moe_critical_batch", "moe_all_to_all_bytes",
     "moe_layer_times",
@@ -653,6 +654,34 @@ def bubble_fraction(n_stages: int, n_microbatches: int, interleave: int = 1) -> 
     M = _int("n_microbatches", n_microbatches)
     v = _int("interleave", interleave)
     return (P - 1) / (v * M + P - 1)
+
+
+def dualpipe_bubble(n_stages: int, forward: float = 1.0, backward: float = 2.0,
+                    weight_grad: float | None = None) -> float:
+    """Idle time per stage in DualPipe's fill and drain, in the units of ``forward``:
+    (P / 2 - 1)(F&B + B - 3 W), with F&B = F + B the time of a forward and a backward
+    chunk run overlapped (their compute does not shrink; only their communication hides)
+    and W the weight-gradient part of the backward (default B / 2: the backward's two
+    matmuls, input and weight gradient, of equal size). DeepSeek-V3 (arXiv:2412.19437,
+    Table 2) against 1F1B's (P - 1)(F + B): :func:`one_f_one_b_bubble`. P must be even (the
+    schedule feeds microbatches from both ends)."""
+    P = _int("n_stages", n_stages)
+    if P % 2:
+        raise ValueError(f"DualPipe needs an even number of pipeline stages; got n_stages={P}")
+    F = check_positive("forward", forward)
+    B = check_positive("backward", backward)
+    W = B / 2 if weight_grad is None else check_nonnegative("weight_grad", weight_grad)
+    if W > B:
+        raise ValueError(f"weight_grad={W} is part of the backward, at most backward={B}")
+    return (P / 2 - 1) * (F + B + B - 3 * W)
+
+
+def one_f_one_b_bubble(n_stages: int, forward: float = 1.0, backward: float = 2.0) -> float:
+    """Idle time per stage in 1F1B's fill and drain, (P - 1)(F + B), in the units of
+    ``forward`` (DeepSeek-V3, arXiv:2412.19437, Table 2; :func:`bubble_fraction` divides it
+    by the step)."""
+    P = _int("n_stages", n_stages)
+    return (P - 1) * (check_positive("forward", forward) + check_positive("backward", backward))
 
 
 def pipeline_schedule(n_stages: int, n_microbatches: int, kind: str = "gpipe") -> Schedule:
