@@ -46,7 +46,7 @@ __all__ = [
     "pipeline_schedule", "simulate_schedule",
     "pipeline_activation_microbatches",
     "moe_capacity", "tokens_dropped", "moe_critical_batch", "moe_all_to_all_bytes",
-    "moe_layer_times",
+    "moe_layer_times", "route_top_k", "balance_router_bias",
     "ring_attention_min_block", "ring_attention_step_times",
     "mlp_saved_elements", "accumulation_activation_bytes", "offload_time",
     "dcn_critical_batch_per_slice", "check_divides", "hierarchical_dp_critical_batch",
@@ -1015,3 +1015,69 @@ def ep_critical_width(chip, n_ep: int, *, matmuls: int = 2, bytes_per_element: f
     else:
         t = _ctime("all-to-all", s, n, network(c, "ici"))
     return c.bf16_flops * t / m
+
+
+# -- DeepSeek-V3's routing (chapter 12) -----------------------------------------------------
+def route_top_k(scores, k: int, bias=None, group_of=None, max_groups: int | None = None):
+    """Experts each token is routed to: the ``k`` highest of ``scores`` [T, E] (plus
+    ``bias`` [E], which only chooses: DeepSeek-V3's auxiliary-loss-free balancing,
+    arXiv:2412.19437 section 2.1.2, never lets it weight the output). With ``group_of``
+    [E] (each expert's node) and ``max_groups`` M, node-limited routing: a token first
+    keeps the M nodes whose experts score highest (the sum of each node's k / n_nodes best,
+    as DeepSeek-V3 does) and picks its k among their experts only. Returns [T, k] indices."""
+    import numpy as np
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 2:
+        raise ValueError(f"scores must be [tokens, experts]; got shape {s.shape}")
+    T, E = s.shape
+    k = _int("k", k)
+    if k > E:
+        raise ValueError(f"k={k} is more than the {E} experts")
+    if bias is not None:
+        b = np.asarray(bias, dtype=float)
+        if b.shape != (E,):
+            raise ValueError(f"bias must have one entry per expert, shape ({E},); got {b.shape}")
+        s = s + b
+    if group_of is not None:
+        g = np.asarray(group_of)
+        if g.shape != (E,):
+            raise ValueError(f"group_of must give each of the {E} experts its node; got "
+                             f"shape {g.shape}")
+        groups = np.unique(g)
+        M = _int("max_groups", max_groups)
+        if M > len(groups):
+            raise ValueError(f"max_groups={M} is more than the {len(groups)} nodes")
+        per = max(1, k // len(groups))
+        best = np.stack([np.sort(s[:, g == x], axis=1)[:, -per:].sum(axis=1)
+                         for x in groups], axis=1)                     # [T, nodes]
+        keep = np.argsort(-best, axis=1, kind="stable")[:, :M]
+        allowed = (g[None, None, :] == groups[keep][:, :, None]).any(axis=1)   # [T, E]
+        if (allowed.sum(axis=1) < k).any():
+            raise ValueError(f"max_groups={M} nodes hold fewer than k={k} experts")
+        s = np.where(allowed, s, -np.inf)
+    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+
+
+def balance_router_bias(scores, k: int, steps: int, gamma: float = 1e-3, bias=None):
+    """DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, section 2.1.2) on a
+    fixed batch of router ``scores`` [T, E]: after each step every overloaded expert's
+    bias falls by ``gamma`` and every underloaded one's rises by it (the load compared
+    with the mean, T k / E). Returns (bias, loads) with loads [steps + 1, E], the tokens
+    per expert before each update and after the last."""
+    import numpy as np
+    s = np.asarray(scores, dtype=float)
+    T, E = s.shape
+    n = _int("steps", steps, minimum=0)
+    g = check_positive("gamma", gamma)
+    b = np.zeros(E) if bias is None else np.asarray(bias, dtype=float).copy()
+    k = _int("k", k)
+
+    def load():
+        return np.bincount(route_top_k(s, k, b).ravel(), minlength=E)
+
+    loads = []
+    for _ in range(n):
+        loads.append(load())
+        b -= g * np.sign(loads[-1] - T * k / E)
+    loads.append(load())
+    return b, np.array(loads)

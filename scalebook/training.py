@@ -93,7 +93,8 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "Routing", "TrainingPlan"
            "InfeasiblePlan",
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
-           "train_specs", "init_adam", "adam_train_step"]
+           "train_specs", "init_adam", "adam_train_step", "fp8_quantize",
+           "FP8_E4M3_MAX"]
 
 REMAT = ("none", "selective", "full")
 AXES = ("tp", "cp", "fsdp", "pp", "dp")     # mesh axes, innermost first
@@ -1502,3 +1503,31 @@ def adam_train_step(state, tokens, targets, step, config, *, lr: float = 3e-3,
     master = jax.tree.map(lambda w, a, b: w - lr * (a / c1) / (jnp.sqrt(b / c2) + eps),
                           master, m, v)
     return (master, m, v), loss
+
+
+# -- fp8 with fine-grained scaling (chapter 12) ---------------------------------------------
+FP8_E4M3_MAX = 448.0     # the largest finite float8 e4m3 (OCP FP8 format; e4m3fn)
+
+
+def fp8_quantize(x, block=(1, 128)):
+    """``x`` (2-D) rounded to float8 e4m3 with one fp32 scale per ``block`` of it, and back:
+    returns (the dequantized array, the number of scales). Each block is scaled so that
+    its largest magnitude maps to 448, the e4m3 maximum, as DeepSeek-V3 does for
+    activations (1 x 128 tiles) and weights (128 x 128 blocks), arXiv:2412.19437 section
+    3.3.2; ``block=None`` is one scale for the whole tensor (per-tensor scaling). The
+    block must divide the shape."""
+    import ml_dtypes
+    import numpy as np
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"x must be 2-D; got shape {a.shape}")
+    bm, bn = a.shape if block is None else block
+    _int("block rows", bm)
+    _int("block columns", bn)
+    if a.shape[0] % bm or a.shape[1] % bn:
+        raise ValueError(f"block={block} must divide the shape {a.shape}")
+    tiles = a.reshape(a.shape[0] // bm, bm, a.shape[1] // bn, bn)
+    amax = np.abs(tiles).max(axis=(1, 3), keepdims=True)
+    scale = np.where(amax > 0, amax / FP8_E4M3_MAX, 1.0).astype(np.float32)
+    q = (tiles / scale).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return (q * scale).reshape(a.shape), int(scale.size)
