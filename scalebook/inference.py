@@ -42,7 +42,7 @@ __all__ = [
 
 # Short dtype names of the chapter -> names of scalebook.units.DTYPE_BYTES.
 DTYPES = {"f32": "f32", "bf16": "bf16", "fp16": "f16", "fp8": "f8e4m3fn", "int8": "s8",
-          "int4": "s4"}
+          "int4": "s4", "fp4": "f4e2m1fn"}
 ATTENTION_KINDS = ("mha", "gqa", "mqa")
 _COMPUTE = ("bf16", "fp8", "int8")
 
@@ -1506,7 +1506,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 act_dtype: str = "bf16", kv_bytes_per_token: float | None = None,
                 rho: float | None = None, check_memory: bool = True,
                 overlap_a2a: bool = False, all_reduces: bool | None = None,
-                hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MTPGain:
+                hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
+                redundant_experts: int = 0) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1520,22 +1521,24 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     critical batch its matmuls cost gamma + 1 times as much (and an MoE reads more experts
     at small batch), so the speed-up falls below 1 at large batch.
     ``rho`` given: use it instead of the module's computed cost. With ``check_memory``
-    the plain batch must fit (:func:`moe_decode_step`)."""
+    the plain batch must fit (:func:`moe_decode_step`). ``attn_tp`` and
+    ``redundant_experts``: the layout of :func:`moe_decode_step` (the module's one MoE
+    layer laid out the same way)."""
     a = _alpha(alpha)
     g = check_positive_int("gamma (tokens speculated per step)", gamma)
     p = _parts(model)
     kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
               act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
-              all_reduces=all_reduces, hop_latency=hop_latency)
+              all_reduces=all_reduces, hop_latency=hop_latency, attn_tp=attn_tp)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
-                      check_memory=check_memory, **kw)
+                      check_memory=check_memory, redundant_experts=redundant_experts, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,
-                       check_memory=False, **kw)
+                       check_memory=False, redundant_experts=redundant_experts, **kw)
     kv_one = None if kv_bytes_per_token is None else (
         check_positive("kv_bytes_per_token", kv_bytes_per_token) / p.base.n_layers)
     module = _moe_step(_mtp_parts(p), queries=1, kv_per_token=kv_one, check_memory=False,
-                       layers=1, **kw)
+                       layers=1, redundant_experts=redundant_experts, **kw)
     if rho is None:
         r = module.time / plain.time
     else:

@@ -729,6 +729,16 @@ class MLAConfig:
             return 2 * H * (self.kv_rank + self.rope_dim) + 2 * H * self.kv_rank
         return 2 * H * self.qk_dim + 2 * H * self.v_dim
 
+    def attention_flops_per_token(self, seq_len: int, causal: bool = True,
+                                  absorbed: bool = False) -> float:
+        """Forward FLOPs per token of the score and value matmuls over all layers:
+        L x ``flops_per_key(absorbed)`` x keys, with (S + 1) / 2 keys per token on average
+        when ``causal`` (as :meth:`TransformerConfig.attention_flops_per_token`). Training
+        and prefill run the unabsorbed form (keys and values expanded once per token)."""
+        S = _check_seq_len(seq_len)
+        keys = (S + 1) / 2 if causal else S
+        return self.n_layers * self.flops_per_key(absorbed) * keys
+
     def expand_flops_per_key(self) -> int:
         """FLOPs to expand one cached latent into its keys and values, one layer:
         2 d_c H (d_n + d_v), what an unabsorbed decode step pays for every key it reads."""

@@ -38,6 +38,8 @@ def test_mla_cache_and_intensity_by_hand():
     assert MLA.decode_intensity(absorbed=False) == pytest.approx(1.0)    # MHA's 2 / s
     assert MLA.expand_flops_per_key() == 2 * 512 * 128 * 256
     assert MLA.flops_per_key(False) == 2 * 128 * (192 + 128)
+    assert MLA.attention_flops_per_token(4096) == 61 * 2 * 128 * 320 * 4097 / 2
+    assert MLA.attention_flops_per_token(10, causal=False) == 61 * 2 * 128 * 320 * 10
 
 
 def test_mla_rejects_bad_shapes():
