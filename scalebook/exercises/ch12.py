@@ -216,8 +216,9 @@ register(VariedNumericExercise(
     statement="A pipeline of $P$ = {P} stages runs {M} microbatches with DualPipe. With "
               "a chunk's forward $F$ = 1, backward $B$ = 2, its weight-gradient part "
               "$W$ = 1 and $F\\&B = F + B$, what fraction of the step does each stage "
-              "idle in the fill and drain (idle time over idle time plus the $N_{{mb}}$ "
-              "pass pairs of work, all in units of a forward-backward pass pair)?",
+              "idle in the fill and drain (idle time over idle time plus the "
+              "$N_{{\\mathrm{{mb}}}}$ pass pairs of work, all in units of a "
+              "forward-backward pass pair)?",
 ))
 
 
