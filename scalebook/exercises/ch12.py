@@ -61,31 +61,32 @@ register(VariedNumericExercise(
 
 
 # 12.2 bytes a token sends on the card under node-limited routing -------------------------
-def _ex2(max_nodes=4, dtype="fp8"):
-    return (max_nodes - 1) * _D * _BYTES[dtype]
+def _ex2(max_nodes=4, dtype="fp8", D=_D):
+    return (max_nodes - 1) * D * _BYTES[dtype]
 
 
-def _ex2_hints(max_nodes, dtype):
+def _ex2_hints(max_nodes, dtype, D=_D):
     s = _BYTES[dtype]
     other = "bf16" if dtype == "fp8" else "fp8"
     return [
-        (lambda a: _close(a, max_nodes * _D * s),
+        (lambda a: _close(a, max_nodes * D * s),
          "one of the nodes is the token's own: its copy stays on NVLink, not the card."),
-        (lambda a: _close(a, _DS.top_k * _D * s) or _close(a, (_DS.top_k - 1) * _D * s),
+        (lambda a: _close(a, _DS.top_k * D * s) or _close(a, (_DS.top_k - 1) * D * s),
          "with node-limited routing the token crosses the network once per node, and "
          "the node forwards it to its experts there; not once per expert."),
-        (lambda a: _close(a, (max_nodes - 1) * _D * _BYTES[other]),
+        (lambda a: _close(a, (max_nodes - 1) * D * _BYTES[other]),
          f"the dispatch is in {dtype}: {s} byte(s) per element."),
     ]
 
 
 register(VariedNumericExercise(
     id="12.2", title="A node-limited dispatch on the card", unit="bytes", rtol=0.02,
-    params={"max_nodes": 4, "dtype": "fp8"},
-    choose={"max_nodes": (2, 3, 4, 6), "dtype": ("fp8", "bf16")},
+    params={"max_nodes": 4, "dtype": "fp8", "D": 7168},
+    choose={"max_nodes": (2, 3, 4, 6), "dtype": ("fp8", "bf16"),
+            "D": (4096, 5120, 7168, 8192)},
     solve=_ex2, hints_for=_ex2_hints,
-    statement="DeepSeek-V3 ($D$ = 7,168, $k$ = 8) routes each token to experts on at "
-              "most {max_nodes} nodes, one of them the token's own. Across nodes a token "
+    statement="A model like DeepSeek-V3 ($D$ = {D:,}, $k$ = 8) routes each token to "
+              "experts on at most {max_nodes} nodes, one of them the token's own. Across nodes a token "
               "sends one copy of its $[D]$ activation, in {dtype}, to each other node it "
               "visits, which forwards it to the experts there over NVLink. At most how "
               "many bytes of one token leave its GPU on the network card in one MoE "
@@ -223,20 +224,22 @@ register(VariedNumericExercise(
 
 
 # 12.8 fp8 speed-up of the compute at a long context -------------------------------------
-def _share(S):
+def _share(S, k=8):
     from ..models import DEEPSEEK_V3_MLA
     head = _DS.dense.param_breakdown().output_head
-    lin = 2 * (_DS.active_matmul_params() - head - _DS.router_params())
-    return lin / (2 * _DS.active_matmul_params() + DEEPSEEK_V3_MLA.attention_flops_per_token(S))
+    active = (_DS.active_matmul_params()
+              + _DS.moe_layers * (k - _DS.top_k) * _DS.dense.mlp_params_per_layer())
+    lin = 2 * (active - head - _DS.router_params())
+    return lin / (2 * active + DEEPSEEK_V3_MLA.attention_flops_per_token(S))
 
 
-def _ex8(S=32768):
-    f = _share(S)
+def _ex8(S=32768, k=8):
+    f = _share(S, k)
     return 1 / (1 - f + f / 2)
 
 
-def _ex8_hints(S):
-    f = _share(S)
+def _ex8_hints(S, k=8):
+    f = _share(S, k)
     return [
         (lambda a: _close(a, 2.0), "only the linear layers run in fp8; attention, the "
                                    "router and the head stay bf16 (Amdahl)."),
@@ -245,17 +248,18 @@ def _ex8_hints(S):
         (lambda a: _close(a, 1 - f / 2),
          "that is the new time over the old, (1 - f) + f / 2; the speed-up is its "
          "inverse."),
-        (lambda a: _close(a, _ex8(4096)), "that is at 4K tokens; at a longer context "
-                                          "attention takes a larger share."),
+        (lambda a: _close(a, _ex8(4096, k)), "that is at 4K tokens; at a longer context "
+                                             "attention takes a larger share."),
     ]
 
 
 register(VariedNumericExercise(
     id="12.8", title="What fp8 buys at a long context", unit="ratio", rtol=0.02,
-    params={"S": 32768},
-    choose={"S": (8192, 16384, 32768, 65536, 131072)},
+    params={"S": 32768, "k": 8},
+    choose={"S": (8192, 16384, 32768, 65536, 131072), "k": (4, 6, 8, 12)},
     solve=_ex8, hints_for=_ex8_hints,
-    statement="DeepSeek-V3's forward pass at a context of $S$ = {S:,} tokens: the linear "
+    statement="DeepSeek-V3, with each token routed to $k$ = {k} experts, runs its forward "
+              "pass at a context of $S$ = {S:,} tokens: the linear "
               "layers (every matmul one token meets but the output head and the router) "
               "run at the fp8 peak, twice bf16's; MLA's attention "
               "(`DEEPSEEK_V3_MLA.attention_flops_per_token`, causal), the router and the "
