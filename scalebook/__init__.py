@@ -15,7 +15,8 @@ Modules (chapter that derives them)::
                   in-switch reduction, the hierarchical collective across GPU nodes (11)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
   profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
-  models          LLaMA-3 configurations and transformer arithmetic (4)
+  models          LLaMA-3 configurations and transformer arithmetic (4);
+                  DeepSeek-V3's latent attention, MLAConfig (12)
   llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4);
                   sharded decode loop, speculative decoding (7)
   inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
@@ -114,6 +115,11 @@ Formula or task -> function::
   a collective across GPU nodes, by phase         collectives.hierarchical_time / hierarchical_phases (Phase)
   fat-tree size, one rail-optimised unit          topology.fat_tree_endpoints / scalable_unit (ScalableUnit)
   DP tokens per shard across nodes, EP width F*   parallelism.hierarchical_dp_critical_batch / ep_critical_width
+  MLA cache, absorbed decode intensity            models.MLAConfig (DEEPSEEK_V3_MLA)
+  DualPipe vs 1F1B fill and drain                 parallelism.dualpipe_bubble / one_f_one_b_bubble
+  node-limited top-k, aux-loss-free balancing     parallelism.route_top_k / balance_router_bias
+  fp8 with 1 x 128 and 128 x 128 scales           training.fp8_quantize
+  MoE decode step and prefill per chip            inference.moe_decode_step / moe_prefill (MoEPrefill)
 """
 
 from .mesh import make_mesh, setup
