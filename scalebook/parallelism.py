@@ -1023,8 +1023,9 @@ def route_top_k(scores, k: int, bias=None, group_of=None, max_groups: int | None
     ``bias`` [E], which only chooses: DeepSeek-V3's auxiliary-loss-free balancing,
     arXiv:2412.19437 section 2.1.2, never lets it weight the output). With ``group_of``
     [E] (each expert's node) and ``max_groups`` M, node-limited routing: a token first
-    keeps the M nodes whose experts score highest (the sum of each node's k / n_nodes best,
-    as DeepSeek-V3 does) and picks its k among their experts only. Returns [T, k] indices."""
+    keeps the M nodes whose experts score highest (by the sum of each node's k / M best
+    scores, as DeepSeek-V3 does) and picks its k among their experts only. Returns [T, k]
+    indices."""
     import numpy as np
     s = np.asarray(scores, dtype=float)
     if s.ndim != 2:
@@ -1047,7 +1048,7 @@ def route_top_k(scores, k: int, bias=None, group_of=None, max_groups: int | None
         M = _int("max_groups", max_groups)
         if M > len(groups):
             raise ValueError(f"max_groups={M} is more than the {len(groups)} nodes")
-        per = max(1, k // len(groups))
+        per = max(1, k // M)
         best = np.stack([np.sort(s[:, g == x], axis=1)[:, -per:].sum(axis=1)
                          for x in groups], axis=1)                     # [T, nodes]
         keep = np.argsort(-best, axis=1, kind="stable")[:, :M]
