@@ -15,7 +15,8 @@ Modules (chapter that derives them)::
                   in-switch reduction, the hierarchical collective across GPU nodes (11)
   hlo             reading compiled programs: HLO text, collective records, cost and memory (3, 4)
   profiling       traces of JAX programs: capture, op tables, timelines, predicted profiles (9)
-  models          LLaMA-3 configurations and transformer arithmetic (4)
+  models          LLaMA-3 configurations and transformer arithmetic (4);
+                  DeepSeek-V3's latent attention, MLAConfig (12)
   llama           a small LLaMA in plain JAX: forward, training step, KV-cache decoding (4);
                   sharded decode loop, speculative decoding (7)
   inference       inference arithmetic: decode/prefill bounds, KV cache, serving simulator (7)
@@ -119,6 +120,11 @@ Formula or task -> function::
   MoE layer: dense reference, expert-parallel     frontier_mesh.moe_dense / moe_expert_parallel (ExpertParallelMoE)
   expert-parallel all-to-alls in compiled HLO     frontier_mesh.ExpertParallelMoE.all_to_alls (MoEAllToAlls)
   MLA decode absorbed or not, FLOPs and bytes     frontier_mesh.mla_decode / mla_decode_cost (DecodeCost)
+  MLA cache, absorbed decode intensity            models.MLAConfig (DEEPSEEK_V3_MLA)
+  DualPipe vs 1F1B fill and drain                 parallelism.dualpipe_bubble / one_f_one_b_bubble
+  node-limited top-k, aux-loss-free balancing     parallelism.route_top_k / balance_router_bias
+  fp8 with 1 x 128 and 128 x 128 scales           training.fp8_quantize
+  MoE decode step and prefill per chip            inference.moe_decode_step / moe_prefill (MoEPrefill)
 """
 
 from .mesh import make_mesh, setup

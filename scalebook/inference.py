@@ -42,7 +42,7 @@ __all__ = [
 
 # Short dtype names of the chapter -> names of scalebook.units.DTYPE_BYTES.
 DTYPES = {"f32": "f32", "bf16": "bf16", "fp16": "f16", "fp8": "f8e4m3fn", "int8": "s8",
-          "int4": "s4"}
+          "int4": "s4", "fp4": "f4e2m1fn"}
 ATTENTION_KINDS = ("mha", "gqa", "mqa")
 _COMPUTE = ("bf16", "fp8", "int8")
 
@@ -1010,7 +1010,8 @@ from .models import MoEConfig as _MoEConfig  # noqa: E402
 
 __all__ += ["expected_experts", "busiest_experts", "MoEStep", "moe_decode_step",
             "moe_critical_batch",
-            "MTPGain", "mtp_module_params", "mtp_speedup", "mtp_break_even_batch"]
+            "MTPGain", "mtp_module_params", "mtp_speedup", "mtp_break_even_batch",
+            "MoEPrefill", "moe_prefill"]
 
 
 def expected_experts(n_experts: int, top_k: int, tokens: float) -> float:
@@ -1053,6 +1054,17 @@ def busiest_experts(n_experts: int, top_k: int, tokens: float, n_ep: int) -> flo
         return 1.0 if tokens > 0 else 0.0
     total, cdf = 0.0, 0.0
     for x in range(m):                   # P(X <= x), then 1 - P(X <= x)^n for x + 1
+        cdf += math.comb(m, x) * q ** x * (1 - q) ** (m - x)
+        total += 1 - min(cdf, 1.0) ** n
+    return total
+
+
+def _busiest_slots(m: int, q: float, n: int, tokens: float) -> float:
+    """E[max] over n chips of Binomial(m, q) expert slots hit (as :func:`busiest_experts`)."""
+    if m == 1:
+        return 1.0 if tokens > 0 else 0.0
+    total, cdf = 0.0, 0.0
+    for x in range(m):
         cdf += math.comb(m, x) * q ** x * (1 - q) ** (m - x)
         total += 1 - min(cdf, 1.0) ** n
     return total
@@ -1182,8 +1194,9 @@ def _parts(model) -> _Parts:
     return _Parts(c.name, c, 1, 1, 0, 0, 0, mm, mm, c.num_params())
 
 
-def _groups(p: _Parts, n_chips, n_ep, batch) -> tuple[int, int, int]:
-    """(n, n_ep, r): the chips, the expert-parallel group and its copies, checked."""
+def _groups(p: _Parts, n_chips, n_ep, batch, redundant: int = 0) -> tuple[int, int, int]:
+    """(n, n_ep, r): the chips, the expert-parallel group and its copies, checked (the
+    group holds E + ``redundant`` expert slots)."""
     n = check_positive_int("n_chips", n_chips)
     B = check_positive_int("batch", batch)
     if n_ep is None:
@@ -1195,7 +1208,11 @@ def _groups(p: _Parts, n_chips, n_ep, batch) -> tuple[int, int, int]:
     if n % n_ep:
         raise ValueError(f"n_ep={n_ep} must divide n_chips={n}: the chips are n / n_ep copies "
                          f"of one expert-parallel group")
-    if p.moe_layers and p.n_experts % n_ep:
+    if p.moe_layers and redundant and (p.n_experts + redundant) % n_ep:
+        raise ValueError(f"n_ep={n_ep} must divide the {p.n_experts} experts and "
+                         f"{redundant} redundant copies of {p.name} "
+                         f"({p.n_experts + redundant} slots, the same number on each chip)")
+    if p.moe_layers and not redundant and p.n_experts % n_ep:
         raise ValueError(f"n_ep={n_ep} must divide the {p.n_experts} experts of {p.name} "
                          f"(each chip of the group holds E / n_ep = {p.n_experts / n_ep:.3g} "
                          f"experts); try one of "
@@ -1234,9 +1251,24 @@ def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0) -> float
 def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
               compute_dtype, act_dtype, queries, kv_per_token, hbm_fraction, check_memory,
               overlap_a2a=False, layers: int | None = None, all_reduces=None,
-              hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MoEStep:
+              hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
+              redundant_experts: int = 0) -> MoEStep:
     chip = get_chip(chip)
-    n, n_ep, r = _groups(p, n_chips, n_ep, batch)
+    if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) \
+            or redundant_experts < 0:
+        raise ValueError(f"redundant_experts must be an integer >= 0; got "
+                         f"{redundant_experts!r}")
+    R = redundant_experts if p.moe_layers else 0
+    if redundant_experts and not p.moe_layers:
+        raise ValueError(f"{p.name} is a dense model: it has no experts to copy; leave "
+                         f"redundant_experts at 0")
+    n, n_ep, r = _groups(p, n_chips, n_ep, batch, R)
+    a_tp = n_ep if attn_tp is None else check_positive_int("attn_tp", attn_tp)
+    if n_ep % a_tp:
+        raise ValueError(f"attn_tp={a_tp} must divide n_ep={n_ep}: the group's chips are "
+                         f"n_ep / attn_tp data-parallel copies of the attention and the "
+                         f"other non-expert weights")
+    dp_attn = n_ep // a_tp
     B = batch
     T = check_positive_int("context", context)
     q = check_positive_int("queries (tokens per sequence in the step)", queries)
@@ -1257,7 +1289,9 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
         if f > 1:
             raise ValueError(f"hbm_fraction is the share of HBM the server may use, at most 1; "
                              f"got {f}")
-        w_chip = p.total * sw / n_ep
+        routed = p.moe_layers * p.n_experts * p.expert
+        w_chip = ((p.total - routed) / a_tp
+                  + p.moe_layers * (p.n_experts + R) / n_ep * p.expert) * sw
         kv_chip = B * T * kv_tok / n
         if w_chip + kv_chip > f * chip.hbm_bytes:
             raise ValueError(
@@ -1267,7 +1301,7 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
                 f"HBM by {fmt_bytes(w_chip + kv_chip - f * chip.hbm_bytes)}")
     tokens_group = B * q / r
     E_B = (expected_experts(p.n_experts, p.top_k, tokens_group) if p.moe_layers else 0.0)
-    group_bytes = (p.fixed + p.moe_layers * E_B * p.expert) * sw
+    group_bytes = (p.fixed * dp_attn + p.moe_layers * E_B * p.expert) * sw
     flops = 2 * p.active * B * q
     attn_flops = 4 * L * c.n_heads * c.head_dim * T * B * q
     kv_bytes = B * T * kv_tok
@@ -1285,11 +1319,18 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
         all_reduces = p.moe_layers > 0
     if not isinstance(all_reduces, bool):
         raise ValueError(f"all_reduces must be True, False or None; got {all_reduces!r}")
-    t_ar = (2 * L * _tp_ar_time(chip, tokens_group * c.d_model * sa, n_ep, t_hop)
+    t_ar = (2 * L * _tp_ar_time(chip, tokens_group / dp_attn * c.d_model * sa, a_tp, t_hop)
             if all_reduces else 0.0)
     # the busiest chip of the group reads its share of the fixed weights and its experts
-    M = busiest_experts(p.n_experts, p.top_k, tokens_group, n_ep) if p.moe_layers else 0.0
-    busiest_bytes = (p.fixed / n_ep + p.moe_layers * M * p.expert) * sw
+    if not p.moe_layers:
+        M = 0.0
+    elif R:
+        M = _busiest_slots((p.n_experts + R) // n_ep,
+                           expected_experts(p.n_experts, p.top_k, tokens_group) / p.n_experts,
+                           n_ep, tokens_group)
+    else:
+        M = busiest_experts(p.n_experts, p.top_k, tokens_group, n_ep)
+    busiest_bytes = (p.fixed / a_tp + p.moe_layers * M * p.expert) * sw
     return MoEStep(model=p.name, batch=B, queries=q, n_chips=n, n_ep=n_ep, experts_read=E_B,
                    flops=flops, attn_flops=attn_flops, weight_bytes=r * group_bytes,
                    kv_bytes=kv_bytes,
@@ -1307,7 +1348,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                     kv_bytes_per_token: float | None = None, hbm_fraction: float = 1.0,
                     check_memory: bool = True, overlap_a2a: bool = False,
                     all_reduces: bool | None = None,
-                    hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MoEStep:
+                    hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
+                    attn_tp: int | None = None, redundant_experts: int = 0) -> MoEStep:
     """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
     e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
     at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
@@ -1349,12 +1391,21 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     1 / n of the cache must fit in ``hbm_fraction`` of each chip's HBM. ``all_reduces``:
     count T_ar (None: for a mixture of experts, whose group splits the other weights; not
     for a dense model, whose step is then chapter 7's :func:`decode_step_time`, which
-    leaves communication out)."""
+    leaves communication out).
+
+    DeepSeek-V3's own layout (chapter 12): ``attn_tp`` splits the attention and the other
+    non-expert weights only attn_tp ways, in n_ep / attn_tp data-parallel copies within
+    the group (each chip reads 1 / attn_tp of them, and the all-reduces run over attn_tp
+    chips on the [B_g attn_tp / n_ep, D] outputs of one copy); default attn_tp = n_ep,
+    the layout above. ``redundant_experts`` (R) adds copies of busy experts, so the group
+    holds E + R expert slots, (E + R) / n_ep per chip (n_ep must divide E + R), each
+    slot hit with probability E_B / E (one slot a chip: the busiest reads one expert)."""
     p = _parts(model)
     return _moe_step(p, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
                      compute_dtype, act_dtype, queries, kv_bytes_per_token, hbm_fraction,
                      check_memory, overlap_a2a, all_reduces=all_reduces,
-                     hop_latency=hop_latency)
+                     hop_latency=hop_latency, attn_tp=attn_tp,
+                     redundant_experts=redundant_experts)
 
 
 def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
@@ -1455,7 +1506,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 act_dtype: str = "bf16", kv_bytes_per_token: float | None = None,
                 rho: float | None = None, check_memory: bool = True,
                 overlap_a2a: bool = False, all_reduces: bool | None = None,
-                hop_latency: float = _coll.ASSUMED_HOP_LATENCY) -> MTPGain:
+                hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
+                redundant_experts: int = 0) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1469,22 +1521,24 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     critical batch its matmuls cost gamma + 1 times as much (and an MoE reads more experts
     at small batch), so the speed-up falls below 1 at large batch.
     ``rho`` given: use it instead of the module's computed cost. With ``check_memory``
-    the plain batch must fit (:func:`moe_decode_step`)."""
+    the plain batch must fit (:func:`moe_decode_step`). ``attn_tp`` and
+    ``redundant_experts``: the layout of :func:`moe_decode_step` (the module's one MoE
+    layer laid out the same way)."""
     a = _alpha(alpha)
     g = check_positive_int("gamma (tokens speculated per step)", gamma)
     p = _parts(model)
     kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
               act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
-              all_reduces=all_reduces, hop_latency=hop_latency)
+              all_reduces=all_reduces, hop_latency=hop_latency, attn_tp=attn_tp)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
-                      check_memory=check_memory, **kw)
+                      check_memory=check_memory, redundant_experts=redundant_experts, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,
-                       check_memory=False, **kw)
+                       check_memory=False, redundant_experts=redundant_experts, **kw)
     kv_one = None if kv_bytes_per_token is None else (
         check_positive("kv_bytes_per_token", kv_bytes_per_token) / p.base.n_layers)
     module = _moe_step(_mtp_parts(p), queries=1, kv_per_token=kv_one, check_memory=False,
-                       layers=1, **kw)
+                       layers=1, redundant_experts=redundant_experts, **kw)
     if rho is None:
         r = module.time / plain.time
     else:
@@ -1523,3 +1577,75 @@ def mtp_break_even_batch(model, chip, context: int, alpha: float, gamma: int = 1
         mid = (lo + hi) // (2 * r) * r
         lo, hi = (mid, hi) if pays(mid) else (lo, mid)
     return hi
+
+
+# -- prefill of a mixture of experts on an expert-parallel group (chapter 12) ---------------
+@dataclass(frozen=True)
+class MoEPrefill:
+    """Prefill on a group of ``n_ep`` chips, per token a chip processes: ``t_compute`` its
+    FLOPs at ``mfu`` of the peak, ``t_a2a`` its share of the dispatch and combine
+    all-to-alls of every MoE layer. ``overlap``: two micro-batches take turns (one
+    computes while the other communicates): a token costs the longer of the two, else
+    their sum."""
+
+    model: str
+    n_ep: int
+    prompt_len: int
+    flops_per_token: float
+    t_compute: float
+    t_a2a: float
+    overlap: bool
+
+    @property
+    def time_per_token(self) -> float:
+        return (max(self.t_compute, self.t_a2a) if self.overlap
+                else self.t_compute + self.t_a2a)
+
+    @property
+    def tokens_per_s_per_chip(self) -> float:
+        return 1 / self.time_per_token
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.t_compute >= self.t_a2a else "all-to-all"
+
+
+def moe_prefill(model, chip, prompt_len: int, n_ep: int, compute_dtype: str = "fp8",
+                mfu: float = 0.5, dispatch_dtype: str = "fp8", combine_dtype: str = "bf16",
+                attention_flops_per_key: float | None = None,
+                overlap: bool = True) -> MoEPrefill:
+    """Prefill throughput of an MoE (or dense) model per chip, compute against the expert
+    all-to-alls, for prompts of ``prompt_len`` (S) tokens.
+
+    FLOPs per token: 2 N_active (``active_matmul_params``) plus causal attention,
+    ``attention_flops_per_key`` x S / 2 per layer (default the model's own, 4 H h; give
+    DeepSeek-V3's MLA figure, ``MLAConfig.flops_per_key(absorbed=False)``); t_compute =
+    FLOPs / (mfu x peak of ``compute_dtype``). All-to-alls: per MoE layer each token's k
+    copies of [D] go out at ``dispatch_dtype`` and come back at ``combine_dtype``, timed
+    as :func:`moe_decode_step` times them (``_a2a_time``: across GPU nodes the NVLink part,
+    then the NIC part), bandwidth only, per token. Every copy is sent on its own (no
+    node-limited deduplication): an upper bound on the bytes."""
+    p = _parts(model)
+    chip = get_chip(chip)
+    S = check_positive_int("prompt_len", prompt_len)
+    n = check_positive_int("n_ep", n_ep)
+    if p.moe_layers and p.n_experts % n and n % p.n_experts:
+        raise ValueError(f"n_ep={n} must divide the {p.n_experts} experts of {p.name} (or "
+                         f"be a multiple of them, with redundant copies)")
+    f = check_positive("mfu", mfu)
+    if f > 1:
+        raise ValueError(f"mfu is a share of the peak, at most 1; got {f}")
+    if not isinstance(overlap, bool):
+        raise ValueError(f"overlap must be True or False; got {overlap!r}")
+    c = p.base
+    per_key = (4 * c.n_heads * c.head_dim if attention_flops_per_key is None
+               else check_positive("attention_flops_per_key", attention_flops_per_key))
+    flops = 2 * p.active + c.n_layers * per_key * (S + 1) / 2
+    t_c = flops / (f * _peak(chip, compute_dtype))
+    t_a = 0.0
+    if p.moe_layers and n > 1:
+        one = p.top_k * c.d_model
+        t_a = p.moe_layers * (
+            _a2a_time(chip, one * bytes_per_element(dispatch_dtype, "dispatch_dtype"), n)
+            + _a2a_time(chip, one * bytes_per_element(combine_dtype, "combine_dtype"), n))
+    return MoEPrefill(p.name, n, S, flops, t_c, t_a, overlap)

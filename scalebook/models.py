@@ -36,6 +36,7 @@ from .errors import UnknownNameError
 from .units import check_nonnegative, check_positive, check_positive_int
 
 __all__ = ["TransformerConfig", "ParamBreakdown", "TrainingMemory", "Matmul", "MoEConfig",
+           "MLAConfig", "DEEPSEEK_V3_MLA",
            "get_model", "model_names", "einsum_flops", "REMAT_POLICIES", "MIXTRAL_8X7B",
            "PUBLISHED_PARAMS", "LLAMA3_405B_TOKENS", "LLAMA3_405B_FLOPS",
            "LLAMA3_MODEL_CARD", "MIXTRAL_PUBLISHED", "SOURCES"]
@@ -649,6 +650,126 @@ DEEPSEEK_V3 = MoEConfig(
                       n_kv_heads=8, head_dim=96, d_ff=2048, vocab_size=129280,
                       max_context=131072),
     n_experts=256, top_k=8, n_shared=1, dense_layers=3, dense_d_ff=18432)
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head latent attention (MLA; DeepSeek-V2, arXiv:2405.04434, and DeepSeek-V3,
+    arXiv:2412.19437, section 2.1.1), one layer's shapes and what its cache costs.
+
+    Per token each layer caches a latent c = x W_DKV of ``kv_rank`` (d_c) values and one
+    rotary key of ``rope_dim`` (d_r) values shared by all heads: (d_c + d_r) L s bytes per
+    token. Each of the H heads gets its key (``nope_dim`` d_n from the latent, plus the
+    shared rotary part) and value (``v_dim`` d_v) from the latent by up-projections W_UK
+    [d_c, H d_n] and W_UV [d_c, H d_v]; the query comes from its own latent of ``q_rank``
+    values (None: straight from x). At decode the up-projections can be *absorbed*: the
+    query is multiplied by W_UK once (q W_UK^T, d_c values per head), scores are taken
+    against the cached latents directly, and W_UV is applied to the weighted sum of
+    latents, so the cache is never expanded.
+
+    Per key and query, one layer: absorbed, 2 H (d_c + d_r) FLOPs for the scores and 2 H d_c
+    for the values; unabsorbed (keys and values expanded), 2 H (d_n + d_r) and 2 H d_v, plus
+    expanding each key, 2 d_c H (d_n + d_v), unless the expanded keys and values are cached
+    instead (H (d_n + d_r + d_v) values per token and layer, what ``mha_cache_bytes_per_token``
+    counts)."""
+
+    d_model: int
+    n_heads: int
+    kv_rank: int
+    rope_dim: int
+    nope_dim: int
+    v_dim: int
+    n_layers: int
+    q_rank: int | None = None
+
+    def __post_init__(self):
+        for f in ("d_model", "n_heads", "kv_rank", "rope_dim", "nope_dim", "v_dim",
+                  "n_layers"):
+            check_positive_int(f, getattr(self, f))
+        if self.q_rank is not None:
+            check_positive_int("q_rank", self.q_rank)
+
+    @property
+    def qk_dim(self) -> int:
+        """A head's query and key width: d_n + d_r."""
+        return self.nope_dim + self.rope_dim
+
+    def params_per_layer(self) -> int:
+        """Weights of one layer's attention: the query path (D d_q + d_q H (d_n + d_r), or
+        D H (d_n + d_r) without a query latent), W_DKV [D, d_c + d_r], W_UK and W_UV
+        [d_c, H d_n] and [d_c, H d_v], W_O [H d_v, D], and the RMSNorm scales of the
+        latents (d_q + d_c)."""
+        D, H, dc = self.d_model, self.n_heads, self.kv_rank
+        q = (D * H * self.qk_dim if self.q_rank is None
+             else D * self.q_rank + self.q_rank * H * self.qk_dim + self.q_rank)
+        kv = D * (dc + self.rope_dim) + dc * H * (self.nope_dim + self.v_dim) + dc
+        return q + kv + H * self.v_dim * D
+
+    def cache_values_per_token(self) -> int:
+        """Values one token leaves in the cache: (d_c + d_r) L."""
+        return (self.kv_rank + self.rope_dim) * self.n_layers
+
+    def kv_cache_bytes_per_token(self, bytes_per_element: float = 2) -> float:
+        """(d_c + d_r) L s bytes: the latent and the shared rotary key, every layer."""
+        s = check_positive("bytes_per_element", bytes_per_element)
+        return _exact(self.cache_values_per_token() * s)
+
+    def mha_cache_bytes_per_token(self, bytes_per_element: float = 2) -> float:
+        """The cache if the expanded keys and values were stored, as multi-head attention
+        with these heads does: H (d_n + d_r + d_v) L s bytes."""
+        s = check_positive("bytes_per_element", bytes_per_element)
+        return _exact(self.n_heads * (self.qk_dim + self.v_dim) * self.n_layers * s)
+
+    def flops_per_key(self, absorbed: bool = True) -> int:
+        """Attention FLOPs of one layer per key, per query token: absorbed,
+        2 H (d_c + d_r) + 2 H d_c; not absorbed, 2 H (d_n + d_r) + 2 H d_v (keys and values
+        already expanded)."""
+        H = self.n_heads
+        if absorbed:
+            return 2 * H * (self.kv_rank + self.rope_dim) + 2 * H * self.kv_rank
+        return 2 * H * self.qk_dim + 2 * H * self.v_dim
+
+    def attention_flops_per_token(self, seq_len: int, causal: bool = True,
+                                  absorbed: bool = False) -> float:
+        """Forward FLOPs per token of the score and value matmuls over all layers:
+        L x ``flops_per_key(absorbed)`` x keys, with (S + 1) / 2 keys per token on average
+        when ``causal`` (as :meth:`TransformerConfig.attention_flops_per_token`). Training
+        and prefill run the unabsorbed form (keys and values expanded once per token)."""
+        S = _check_seq_len(seq_len)
+        keys = (S + 1) / 2 if causal else S
+        return self.n_layers * self.flops_per_key(absorbed) * keys
+
+    def expand_flops_per_key(self) -> int:
+        """FLOPs to expand one cached latent into its keys and values, one layer:
+        2 d_c H (d_n + d_v), what an unabsorbed decode step pays for every key it reads."""
+        return 2 * self.kv_rank * self.n_heads * (self.nope_dim + self.v_dim)
+
+    def absorb_flops_per_query(self) -> int:
+        """What absorbing costs per query token and layer: the query through W_UK^T,
+        2 H d_n d_c, and the weighted latent through W_UV, 2 H d_c d_v (independent of the
+        context)."""
+        return 2 * self.n_heads * self.kv_rank * (self.nope_dim + self.v_dim)
+
+    def decode_intensity(self, absorbed: bool = True, queries: int = 1,
+                         bytes_per_element: float = 2) -> float:
+        """Arithmetic intensity of decode attention over a long context, FLOPs per byte of
+        cache read, ``queries`` (q) query tokens per sequence sharing the cache: absorbed,
+        q [2 H (d_c + d_r) + 2 H d_c] / ((d_c + d_r) s), all heads reading the one latent;
+        not absorbed, with the expanded keys and values cached, q 2 H (d_n + d_r + d_v) /
+        (H (d_n + d_r + d_v) s) = 2 q / s, multi-head attention's."""
+        q = check_positive_int("queries", queries)
+        s = check_positive("bytes_per_element", bytes_per_element)
+        if absorbed:
+            return q * self.flops_per_key(True) / ((self.kv_rank + self.rope_dim) * s)
+        return (q * self.flops_per_key(False)
+                / (self.n_heads * (self.qk_dim + self.v_dim) * s))
+
+
+# DeepSeek-V3's attention (arXiv:2412.19437, section 4.2): 128 heads, d_c = 512, query
+# latent 1,536, per-head key width 128 + a shared 64-wide rotary key, value width 128;
+# 61 layers, D = 7,168.
+DEEPSEEK_V3_MLA = MLAConfig(d_model=7168, n_heads=128, kv_rank=512, rope_dim=64,
+                            nope_dim=128, v_dim=128, n_layers=61, q_rank=1536)
 
 
 _MODELS = {

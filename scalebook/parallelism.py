@@ -42,10 +42,11 @@ __all__ = [
     "training_memory_per_chip", "largest_model_per_chip",
     "tp_mlp_layer_times", "tp_attention_check", "max_tp_degree", "max_tp_degree_layer",
     "fsdp_tp_layer_times", "optimal_fsdp_degree", "fsdp_tp_critical_batch", "best_2d_split",
-    "check_pipeline", "bubble_fraction", "pipeline_schedule", "simulate_schedule",
+    "check_pipeline", "bubble_fraction", "dualpipe_bubble", "one_f_one_b_bubble",
+    "pipeline_schedule", "simulate_schedule",
     "pipeline_activation_microbatches",
     "moe_capacity", "tokens_dropped", "moe_critical_batch", "moe_all_to_all_bytes",
-    "moe_layer_times",
+    "moe_layer_times", "route_top_k", "balance_router_bias",
     "ring_attention_min_block", "ring_attention_step_times",
     "mlp_saved_elements", "accumulation_activation_bytes", "offload_time",
     "dcn_critical_batch_per_slice", "check_divides", "hierarchical_dp_critical_batch",
@@ -655,6 +656,34 @@ def bubble_fraction(n_stages: int, n_microbatches: int, interleave: int = 1) -> 
     return (P - 1) / (v * M + P - 1)
 
 
+def dualpipe_bubble(n_stages: int, forward: float = 1.0, backward: float = 2.0,
+                    weight_grad: float | None = None) -> float:
+    """Idle time per stage in DualPipe's fill and drain, in the units of ``forward``:
+    (P / 2 - 1)(F&B + B - 3 W), with F&B = F + B the time of a forward and a backward
+    chunk run overlapped (their compute does not shrink; only their communication hides)
+    and W the weight-gradient part of the backward (default B / 2: the backward's two
+    matmuls, input and weight gradient, of equal size). DeepSeek-V3 (arXiv:2412.19437,
+    Table 2) against 1F1B's (P - 1)(F + B): :func:`one_f_one_b_bubble`. P must be even (the
+    schedule feeds microbatches from both ends)."""
+    P = _int("n_stages", n_stages)
+    if P % 2:
+        raise ValueError(f"DualPipe needs an even number of pipeline stages; got n_stages={P}")
+    F = check_positive("forward", forward)
+    B = check_positive("backward", backward)
+    W = B / 2 if weight_grad is None else check_nonnegative("weight_grad", weight_grad)
+    if W > B:
+        raise ValueError(f"weight_grad={W} is part of the backward, at most backward={B}")
+    return (P / 2 - 1) * (F + B + B - 3 * W)
+
+
+def one_f_one_b_bubble(n_stages: int, forward: float = 1.0, backward: float = 2.0) -> float:
+    """Idle time per stage in 1F1B's fill and drain, (P - 1)(F + B), in the units of
+    ``forward`` (DeepSeek-V3, arXiv:2412.19437, Table 2; :func:`bubble_fraction` divides it
+    by the step)."""
+    P = _int("n_stages", n_stages)
+    return (P - 1) * (check_positive("forward", forward) + check_positive("backward", backward))
+
+
 def pipeline_schedule(n_stages: int, n_microbatches: int, kind: str = "gpipe") -> Schedule:
     """Build the schedule step by step (one step per forward or backward of a microbatch on
     a stage). "gpipe": all forwards, then all backwards (last microbatch first). "1f1b":
@@ -986,3 +1015,70 @@ def ep_critical_width(chip, n_ep: int, *, matmuls: int = 2, bytes_per_element: f
     else:
         t = _ctime("all-to-all", s, n, network(c, "ici"))
     return c.bf16_flops * t / m
+
+
+# -- DeepSeek-V3's routing (chapter 12) -----------------------------------------------------
+def route_top_k(scores, k: int, bias=None, group_of=None, max_groups: int | None = None):
+    """Experts each token is routed to: the ``k`` highest of ``scores`` [T, E] (plus
+    ``bias`` [E], which only chooses: DeepSeek-V3's auxiliary-loss-free balancing,
+    arXiv:2412.19437 section 2.1.2, never lets it weight the output). With ``group_of``
+    [E] (each expert's node) and ``max_groups`` M, node-limited routing: a token first
+    keeps the M nodes whose experts score highest (by the sum of each node's k / M best
+    scores, as DeepSeek-V3 does) and picks its k among their experts only. Returns [T, k]
+    indices."""
+    import numpy as np
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 2:
+        raise ValueError(f"scores must be [tokens, experts]; got shape {s.shape}")
+    T, E = s.shape
+    k = _int("k", k)
+    if k > E:
+        raise ValueError(f"k={k} is more than the {E} experts")
+    if bias is not None:
+        b = np.asarray(bias, dtype=float)
+        if b.shape != (E,):
+            raise ValueError(f"bias must have one entry per expert, shape ({E},); got {b.shape}")
+        s = s + b
+    if group_of is not None:
+        g = np.asarray(group_of)
+        if g.shape != (E,):
+            raise ValueError(f"group_of must give each of the {E} experts its node; got "
+                             f"shape {g.shape}")
+        groups = np.unique(g)
+        M = _int("max_groups", max_groups)
+        if M > len(groups):
+            raise ValueError(f"max_groups={M} is more than the {len(groups)} nodes")
+        per = max(1, k // M)
+        best = np.stack([np.sort(s[:, g == x], axis=1)[:, -per:].sum(axis=1)
+                         for x in groups], axis=1)                     # [T, nodes]
+        keep = np.argsort(-best, axis=1, kind="stable")[:, :M]
+        allowed = (g[None, None, :] == groups[keep][:, :, None]).any(axis=1)   # [T, E]
+        if (allowed.sum(axis=1) < k).any():
+            raise ValueError(f"max_groups={M} nodes hold fewer than k={k} experts")
+        s = np.where(allowed, s, -np.inf)
+    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+
+
+def balance_router_bias(scores, k: int, steps: int, gamma: float = 1e-3, bias=None):
+    """DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, section 2.1.2) on a
+    fixed batch of router ``scores`` [T, E]: after each step every overloaded expert's
+    bias falls by ``gamma`` and every underloaded one's rises by it (the load compared
+    with the mean, T k / E). Returns (bias, loads) with loads [steps + 1, E], the tokens
+    per expert before each update and after the last."""
+    import numpy as np
+    s = np.asarray(scores, dtype=float)
+    T, E = s.shape
+    n = _int("steps", steps, minimum=0)
+    g = check_positive("gamma", gamma)
+    b = np.zeros(E) if bias is None else np.asarray(bias, dtype=float).copy()
+    k = _int("k", k)
+
+    def load():
+        return np.bincount(route_top_k(s, k, b).ravel(), minlength=E)
+
+    loads = []
+    for _ in range(n):
+        loads.append(load())
+        b -= g * np.sign(loads[-1] - T * k / E)
+    loads.append(load())
+    return b, np.array(loads)

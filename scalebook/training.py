@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 from . import collectives as _coll
 from . import parallelism as _par
 from .hardware import Chip, get_chip
+from .hardware import all_chips as _all_chips
 from .models import MoEConfig, TransformerConfig, get_model
 from .units import check_positive, fmt_bytes, fmt_time, sci
 
@@ -92,7 +93,8 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "Routing", "TrainingPlan"
            "InfeasiblePlan",
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
-           "train_specs", "init_adam", "adam_train_step"]
+           "train_specs", "init_adam", "adam_train_step", "fp8_quantize",
+           "FP8_E4M3_MAX"]
 
 REMAT = ("none", "selective", "full")
 AXES = ("tp", "cp", "fsdp", "pp", "dp")     # mesh axes, innermost first
@@ -273,6 +275,8 @@ class TrainingPlan:
     interleave: int = 1
     ep_overlap: bool = False
     routing: Routing = field(default_factory=Routing)
+    fp8: bool = False                # the linear layers' matmuls at the fp8 peak
+    dualpipe: bool = False           # DualPipe's fill and drain instead of 1F1B's
 
     @property
     def n_chips(self) -> int:
@@ -293,13 +297,18 @@ class TrainingPlan:
         (P - 1) / (v N_mb + P - 1) with v the interleave."""
         if self.degrees.pp == 1:
             return 0.0
+        if self.dualpipe:
+            extra = self.slots - self.microbatches
+            return extra / self.slots
         return _par.bubble_fraction(self.degrees.pp, self.microbatches, self.interleave)
 
     @property
     def slots(self) -> float:
         """(forward + backward) pass times on the pipeline's critical path:
-        N_mb + (P - 1) / v."""
-        return self.microbatches + (self.degrees.pp - 1) / self.interleave
+        N_mb + (P - 1) / v; with DualPipe N_mb + (P / 2 - 1)(F&B + B - 3 W) / (F + B)
+        (:func:`scalebook.parallelism.dualpipe_bubble` with F = 1, B = 2, W = 1: 2/3 of a
+        pass pair per stage pair, against 1F1B's P - 1 pass pairs)."""
+        return self.microbatches + _fill(self.degrees.pp, self.interleave, self.dualpipe)
 
     @property
     def pass_pair_seconds(self) -> float:
@@ -310,7 +319,8 @@ class TrainingPlan:
         """slots x (forward + backward pass), plus what the once-per-step collectives add
         beyond the pass they overlap (the first forward, the last backward)."""
         return _step_time(self.forward, self.backward, self.step_start, self.step_end,
-                          self.microbatches, self.degrees.pp, self.interleave)
+                          self.microbatches, self.degrees.pp, self.interleave,
+                          self.dualpipe)
 
     @property
     def compute_seconds(self) -> float:
@@ -405,7 +415,9 @@ class TrainingPlan:
                                  self.routing.max_nodes and self.degrees.ep > 1),
                                 (f"dispatch in {self.routing.dispatch_bytes:g}-byte "
                                  f"elements", self.routing.dispatch_bytes != 2
-                                 and self.degrees.ep > 1)) if on]
+                                 and self.degrees.ep > 1),
+                                ("linear layers in fp8", self.fp8),
+                                ("DualPipe", self.dualpipe)) if on]
 
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
@@ -446,8 +458,10 @@ class TrainingPlan:
             if nets:
                 lines.append(f"      all its collectives: {nets}")
         if d.pp > 1:
-            lines.append(f"    x {self.microbatches} microbatches + {d.pp - 1}"
-                         + (f"/{self.interleave}" if self.interleave > 1 else "")
+            fill = (f"{self.slots - self.microbatches:.3g} (DualPipe)" if self.dualpipe
+                    else f"{d.pp - 1}" + (f"/{self.interleave}" if self.interleave > 1
+                                          else ""))
+            lines.append(f"    x {self.microbatches} microbatches + {fill}"
                          + f" in the fill and drain (bubble {self.bubble:.1%})")
         for c in self.collectives:
             if c.count:
@@ -468,10 +482,20 @@ class TrainingPlan:
         return "\n".join(lines)
 
 
+def _fill(P: int, v: int, dualpipe: bool = False) -> float:
+    """Pass pairs of the pipeline's fill and drain: (P - 1) / v, or DualPipe's
+    dualpipe_bubble(P) / (F + B) with F = 1, B = 2 (0 without a pipeline)."""
+    if P == 1:
+        return 0.0
+    if dualpipe:
+        return _par.dualpipe_bubble(P) / 3
+    return (P - 1) / v
+
+
 def _step_time(fwd: PassTime, bwd: PassTime, start: dict, end: dict, M: int, P: int,
-               v: int) -> float:
-    """(N_mb + (P - 1) / v) pass pairs, plus what the once-per-step collectives add."""
-    return ((M + (P - 1) / v) * (fwd.seconds + bwd.seconds)
+               v: int, dualpipe: bool = False) -> float:
+    """(N_mb + fill) pass pairs, plus what the once-per-step collectives add."""
+    return ((M + _fill(P, v, dualpipe)) * (fwd.seconds + bwd.seconds)
             + _edge(start, fwd) + _edge(end, bwd))
 
 
@@ -724,6 +748,18 @@ def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: 
             + tokens * off * D * s / slow.bandwidth)
 
 
+def _linear_flops_per_token(c) -> float:
+    """Forward FLOPs per token of the linear layers DeepSeek-V3 runs in fp8
+    (arXiv:2412.19437, section 3.3: attention projections and MLPs or experts), 2 x their
+    matmul parameters one token meets: not the output head, not an MoE's router, not the
+    attention's scores and values."""
+    b = c.param_breakdown()
+    head = b.embedding if c.tied_embeddings else b.output_head
+    if isinstance(c, _MoEView):
+        return 2 * (c.moe.active_matmul_params() - head - c.moe.router_params())
+    return 2 * (c.matmul_params() - head)
+
+
 def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
     """Forward FLOPs per token recomputed in the backward pass: every layer's forward
     under "full", the attention matmuls under "selective" (the weight matmuls' outputs are
@@ -737,7 +773,8 @@ def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
 
 def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, S: int,
             M: int, remat: str, tp_overlap: bool, keep_weights: bool, zero: int,
-            interleave: int, ep_overlap: bool = False, routing: Routing = Routing()):
+            interleave: int, ep_overlap: bool = False, routing: Routing = Routing(),
+            fp8: bool = False):
     """(forward PassTime, backward PassTime, step_start, step_end, collectives per step)."""
     s = 2
     E_p = _experts(c)
@@ -760,6 +797,12 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
     extra = _remat_flops_per_token(c, S, remat) * L_p / c.n_layers * tokens
     peak = chip.bf16_flops
     comp_f, comp_b = fwd / peak, (2 * fwd + extra) / peak
+    if fp8:     # the linear layers' three matmuls (forward, input and weight gradient) at
+        # the fp8 peak; attention, router, head (and recomputed attention) stay bf16
+        lin = _linear_flops_per_token(c) / c.n_layers * L_p * tokens
+        peak8 = chip.peak_flops("fp8")
+        comp_f = lin / peak8 + (fwd - lin) / peak
+        comp_b = 2 * lin / peak8 + (2 * fwd - 2 * lin + extra) / peak
 
     f_nets, b_nets, start, end = {}, {}, {}, {}
     f_exp, b_exp = {}, {}
@@ -961,14 +1004,19 @@ def _check_options(remat, zero, interleave, hbm_fraction):
 
 def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleave, f,
            train_tokens, fixed, considered, mem=None, ep_overlap=False,
-           routing=Routing()) -> TrainingPlan:
+           routing=Routing(), fp8=False, dualpipe=False) -> TrainingPlan:
     """A plan from checked inputs."""
     nets = _layout(ch, deg)
     if mem is None:
         mem = _memory(c, deg, B / (deg.dp * deg.fsdp) / M, M, remat, zero, keep_weights)
+    if dualpipe:        # DualPipe keeps a second copy of its stages' bf16 weights
+        second = 2 * ((c.num_params() - _experts(c)) / (deg.tp * deg.pp)
+                      + _experts(c) / (deg.tp * deg.pp * deg.ep))
+        mem = dataclasses.replace(mem, weights=mem.weights + second)
+        ep_overlap = True
     fwd, bwd, start, end, colls = _passes(c, ch, deg, nets, B, S, M, remat, tp_overlap,
                                           keep_weights, zero, interleave, ep_overlap,
-                                          routing)
+                                          routing, fp8)
     L_p = math.ceil(c.n_layers / deg.pp)
     imbalance = deg.pp * L_p / c.n_layers
     notes = []
@@ -994,7 +1042,8 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         fast_network="nvlink" if ch.vendor == "NVIDIA" else "ici",
         step_start=start, step_end=end, tp_overlap=bool(tp_overlap),
         keep_weights=bool(keep_weights and deg.fsdp > 1), zero=zero if deg.dp > 1 else 0,
-        interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1), routing=routing)
+        interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1), routing=routing,
+        fp8=bool(fp8), dualpipe=bool(dualpipe and deg.pp > 1))
 
 
 def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, cp: int = 1,
@@ -1002,7 +1051,8 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
                   remat: str = "none", tp_overlap: bool = False, keep_weights: bool = False,
                   zero: int = 0, interleave: int = 1, ep_overlap: bool = False,
                   routing: Routing | None = None, train_tokens: float = 15e12,
-                  hbm_fraction: float = DEFAULT_HBM_FRACTION, _fixed=None,
+                  hbm_fraction: float = DEFAULT_HBM_FRACTION, fp8: bool = False,
+                  dualpipe: bool = False, _fixed=None,
                   _considered: int = 0) -> TrainingPlan:
     """The plan for one given configuration (it may not fit: see ``plan.fits``).
 
@@ -1015,6 +1065,13 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     split over ep of the fsdp x dp chips, tokens sent to them by all-to-all, exposed unless
     ``ep_overlap``, as DualPipe overlaps one microbatch's with another's compute;
     ``routing`` a :class:`Routing` for how its tokens cross the network).
+    ``fp8``: the linear layers' matmuls (forward, input and weight gradients) at the chip's
+    fp8 peak, the rest (attention scores and values, router, output head, recomputation
+    of attention) at bf16, as DeepSeek-V3 trains (MFU stays counted against the bf16
+    peak). ``dualpipe``: DeepSeek-V3's DualPipe schedule: its fill and drain
+    (:func:`scalebook.parallelism.dualpipe_bubble`, P even, N_mb even), the expert
+    all-to-alls overlapped (``ep_overlap``) and a second copy of the stage's bf16 weights
+    in memory.
     Refuses degrees that do not divide the model (heads, F, layers), the sequence (cp) or
     the batch (whole sequences per data shard and per microbatch)."""
     c, ch = _check_model_chip(model, chip)
@@ -1043,9 +1100,24 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
         raise ValueError(f"{seqs // (deg.dp * deg.fsdp)} sequences per data shard do not split "
                          f"into {M} microbatches")
     tokens = check_positive("train_tokens", train_tokens)
+    for name, flag in (("fp8", fp8), ("dualpipe", dualpipe)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False; got {flag!r}")
+    if fp8 and not ch.fp8_flops:
+        raise ValueError(f"fp8=True: {ch.name} has no fp8 peak in scalebook.hardware; chips "
+                         f"with one: {', '.join(x.name for x in _all_chips() if x.fp8_flops)}")
+    if dualpipe:
+        if deg.pp < 2 or deg.pp % 2:
+            raise ValueError(f"dualpipe=True needs an even number of pipeline stages, at "
+                             f"least 2; got pp={deg.pp}")
+        if M % 2 or interleave != 1:
+            raise ValueError(f"dualpipe=True feeds microbatches from both ends: it needs an "
+                             f"even number of them (got microbatches={M}) and no interleave "
+                             f"(got {interleave})")
     return _warned(_build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero,
                           interleave, f, tokens, _fixed, _considered,
-                          ep_overlap=ep_overlap, routing=_routing(routing)))
+                          ep_overlap=ep_overlap, routing=_routing(routing), fp8=fp8,
+                          dualpipe=dualpipe))
 
 
 def _routing(routing) -> Routing:
@@ -1431,3 +1503,31 @@ def adam_train_step(state, tokens, targets, step, config, *, lr: float = 3e-3,
     master = jax.tree.map(lambda w, a, b: w - lr * (a / c1) / (jnp.sqrt(b / c2) + eps),
                           master, m, v)
     return (master, m, v), loss
+
+
+# -- fp8 with fine-grained scaling (chapter 12) ---------------------------------------------
+FP8_E4M3_MAX = 448.0     # the largest finite float8 e4m3 (OCP FP8 format; e4m3fn)
+
+
+def fp8_quantize(x, block=(1, 128)):
+    """``x`` (2-D) rounded to float8 e4m3 with one fp32 scale per ``block`` of it, and back:
+    returns (the dequantized array, the number of scales). Each block is scaled so that
+    its largest magnitude maps to 448, the e4m3 maximum, as DeepSeek-V3 does for
+    activations (1 x 128 tiles) and weights (128 x 128 blocks), arXiv:2412.19437 section
+    3.3.2; ``block=None`` is one scale for the whole tensor (per-tensor scaling). The
+    block must divide the shape."""
+    import ml_dtypes
+    import numpy as np
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"x must be 2-D; got shape {a.shape}")
+    bm, bn = a.shape if block is None else block
+    _int("block rows", bm)
+    _int("block columns", bn)
+    if a.shape[0] % bm or a.shape[1] % bn:
+        raise ValueError(f"block={block} must divide the shape {a.shape}")
+    tiles = a.reshape(a.shape[0] // bm, bm, a.shape[1] // bn, bn)
+    amax = np.abs(tiles).max(axis=(1, 3), keepdims=True)
+    scale = np.where(amax > 0, amax / FP8_E4M3_MAX, 1.0).astype(np.float32)
+    q = (tiles / scale).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return (q * scale).reshape(a.shape), int(scale.size)

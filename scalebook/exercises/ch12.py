@@ -1,0 +1,423 @@
+"""Chapter 12 exercises: beyond LLaMA-3 (DeepSeek-V3). Reference answers are computed
+from scalebook (models.DEEPSEEK_V3 and DEEPSEEK_V3_MLA, MLAConfig, parallelism's pipeline
+bubbles, hardware.preview_chip("gpu-h800")).
+
+Where a scalebook function gives an answer directly (``parallelism.dualpipe_bubble`` for
+12.7 and 12.13, ``MLAConfig.decode_intensity`` for 12.5), the check cannot tell and
+accepts it; the chapter says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import parallelism as par
+from ..hardware import preview_chip
+from ..models import DEEPSEEK_V3, MLAConfig
+from .core import register
+from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
+                    as_number)
+
+_DS = DEEPSEEK_V3
+_D = _DS.dense.d_model
+_BYTES = {"fp8": 1, "bf16": 2}
+
+
+def _close(a, b, rtol=0.005):
+    a = as_number(a)
+    return a is not None and b != 0 and math.isclose(a, b, rel_tol=rtol)
+
+
+# 12.1 routed parameters one token meets --------------------------------------------------
+def _ex1(k=8, F=2048):
+    return _DS.moe_layers * k * 3 * _D * F
+
+
+def _ex1_hints(k, F):
+    return [
+        (lambda a: _close(a, _DS.dense.n_layers * k * 3 * _D * F),
+         f"only {_DS.moe_layers} of the {_DS.dense.n_layers} layers are MoE layers; the "
+         f"first {_DS.dense_layers} keep a dense MLP."),
+        (lambda a: _close(a, _DS.moe_layers * k * 2 * _D * F),
+         "an expert is a gated MLP: three matrices (gate, up, down), 3 D F parameters."),
+        (lambda a: _close(a, _DS.moe_layers * (k + 1) * 3 * _D * F),
+         "that counts the shared expert too; the question asks for the routed ones."),
+        (lambda a: _close(a, _DS.moe_layers * _DS.n_experts * 3 * _D * F),
+         "that is every routed expert, what memory holds; a token meets only k of them."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.1", title="Routed parameters one token meets", unit="parameters", rtol=0.02,
+    params={"k": 8, "F": 2048},
+    choose={"k": (2, 4, 6, 8, 12, 16), "F": (1024, 1536, 2048, 3072, 4096)},
+    solve=_ex1, hints_for=_ex1_hints,
+    statement="A model has DeepSeek-V3's shapes (`scalebook.models.DEEPSEEK_V3`: $D$ = "
+              "7,168, 61 layers of which the first 3 are dense and the other 58 MoE "
+              "layers of 256 routed gated experts and one shared expert), but each token "
+              "is routed to $k$ = {k} experts of width $F$ = {F:,}. How many parameters of "
+              "the *routed* experts does one token meet, over all layers?",
+))
+
+
+# 12.2 bytes a token sends on the card under node-limited routing -------------------------
+def _ex2(max_nodes=4, dtype="fp8", D=_D):
+    return (max_nodes - 1) * D * _BYTES[dtype]
+
+
+def _ex2_hints(max_nodes, dtype, D=_D):
+    s = _BYTES[dtype]
+    other = "bf16" if dtype == "fp8" else "fp8"
+    return [
+        (lambda a: _close(a, max_nodes * D * s),
+         "one of the nodes is the token's own: its copy stays on NVLink, not the card."),
+        (lambda a: _close(a, _DS.top_k * D * s) or _close(a, (_DS.top_k - 1) * D * s),
+         "with node-limited routing the token crosses the network once per node, and "
+         "the node forwards it to its experts there; not once per expert."),
+        (lambda a: _close(a, (max_nodes - 1) * D * _BYTES[other]),
+         f"the dispatch is in {dtype}: {s} byte(s) per element."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.2", title="A node-limited dispatch on the card", unit="bytes", rtol=0.02,
+    params={"max_nodes": 4, "dtype": "fp8", "D": 7168},
+    choose={"max_nodes": (2, 3, 4, 6), "dtype": ("fp8", "bf16"),
+            "D": (4096, 5120, 7168, 8192)},
+    solve=_ex2, hints_for=_ex2_hints,
+    statement="A model like DeepSeek-V3 ($D$ = {D:,}, $k$ = 8) routes each token to "
+              "experts on at most {max_nodes} nodes, one of them the token's own. Across nodes a token "
+              "sends one copy of its $[D]$ activation, in {dtype}, to each other node it "
+              "visits, which forwards it to the experts there over NVLink. At most how "
+              "many bytes of one token leave its GPU on the network card in one MoE "
+              "layer's dispatch?",
+))
+
+
+# 12.3 MLA's cache per token --------------------------------------------------------------
+def _ex3(L=40, dtype="fp8"):
+    return L * (512 + 64) * _BYTES[dtype]
+
+
+def _ex3_hints(L, dtype):
+    s = _BYTES[dtype]
+    return [
+        (lambda a: _close(a, L * 512 * s), "add the rotary key, d_r = 64 values per layer, "
+                                           "which the latent cannot carry."),
+        (lambda a: _close(a, 2 * L * 576 * s),
+         "twice the answer: the latent is cached once, not as a key and a value"
+         + (", and an fp8 value is 1 byte." if dtype == "fp8" else ".")),
+        (lambda a: _close(a, 128 * L * 576 * s), "the latent is shared by all heads: "
+                                                 "cache it once per layer, not per head."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.3", title="A latent cache per token", unit="bytes", rtol=0.02,
+    params={"L": 40, "dtype": "fp8"},
+    choose={"L": (27, 40, 48, 60, 80), "dtype": ("fp8", "bf16")},
+    solve=_ex3, hints_for=_ex3_hints,
+    statement="A model with {L} layers uses multi-head latent attention with DeepSeek-V3's "
+              "widths, $d_c$ = 512 and $d_r$ = 64, and 128 heads, and stores its cache in "
+              "{dtype}. How many bytes of cache does one token leave?",
+))
+
+
+# 12.4 sequences whose latent cache fits beside the fp8 weights -------------------------
+def _ex4(gpus=16, context=32768, fraction=0.9, kv=None):
+    h = preview_chip("gpu-h800")
+    from ..models import DEEPSEEK_V3_MLA
+    per_token = DEEPSEEK_V3_MLA.kv_cache_bytes_per_token(2) if kv is None else kv
+    free = fraction * gpus * h.hbm_bytes - _DS.weight_bytes(1)
+    return math.floor(free / (context * per_token))
+
+
+register(NumericExercise(
+    id="12.4", title="Long sequences beside DeepSeek-V3's fp8 weights", unit="sequences",
+    integer=True, reference=_ex4,
+    hints=[
+        (lambda a: a == _ex4(kv=2 * 61 * 8 * 96 * 2),
+         "that is the GQA stand-in's cache (8 KV heads of 96); DeepSeek-V3 caches the "
+         "latent and the rotary key, (512 + 64) L values of 2 bytes."),
+        (lambda a: a == _ex4(fraction=1.0), "only 90% of each GPU's HBM is usable."),
+        (lambda a: a == _ex4(kv=61 * 576), "the cache is bf16: 2 bytes per value."),
+        (lambda a: a == math.ceil((0.9 * 16 * 80e9 - _DS.weight_bytes(1))
+                                  / (32768 * 61 * 576 * 2)),
+         "round down: a sequence that does not fit whole does not fit."),
+    ],
+))
+
+
+# 12.5 absorbed decode intensity ---------------------------------------------------------
+_V2_LITE = MLAConfig(d_model=2048, n_heads=16, kv_rank=512, rope_dim=64, nope_dim=128,
+                     v_dim=128, n_layers=27)
+
+
+def _ex5(H=16, s=2):
+    return 2 * H * (2 * 512 + 64) / ((512 + 64) * s)
+
+
+register(NumericExercise(
+    id="12.5", title="Arithmetic intensity of absorbed MLA decode", unit="FLOPs/byte",
+    rtol=0.02, reference=lambda: _V2_LITE.decode_intensity(True, 1, 2),
+    hints=[
+        (lambda a: _close(a, 2 * 16 * 576 / (576 * 2)),
+         "count the weighted sum of latents too: 2 H d_c FLOPs per key besides the "
+         "scores' 2 H (d_c + d_r)."),
+        (lambda a: _close(a, _ex5() / 16), "all 16 heads read the same latent: the bytes "
+                                           "are read once for all of them."),
+        (lambda a: _close(a, 2 * 16 * 1088 / (512 * 2)),
+         "the cache read per key includes the rotary key: (d_c + d_r) s bytes."),
+        (lambda a: _close(a, _ex5(s=1)), "the cache is bf16: 2 bytes per value."),
+        (lambda a: _close(a, _ex5() / 2), "a multiply-add is 2 FLOPs."),
+    ],
+))
+
+
+# 12.6 where the balancing bias acts -----------------------------------------------------
+register(ChoiceExercise(
+    id="12.6", title="Where the balancing bias acts",
+    choices=("selection", "gate", "both", "loss"), reference=lambda: "selection",
+    hints={"gate": "the gates that weight the experts' outputs use the raw scores; the bias "
+                   "would otherwise change what the model computes.",
+           "both": "the bias is added to the scores only to pick the top k; the gates use "
+                   "the raw scores.",
+           "loss": "that is the auxiliary loss DeepSeek-V3 does without: the bias is "
+                   "updated by a rule (minus gamma when overloaded, plus gamma when "
+                   "underloaded), not by a gradient."},
+))
+
+
+# 12.7 DualPipe's bubble -----------------------------------------------------------------
+def _ex7(P=8, M=20):
+    fill = par.dualpipe_bubble(P) / 3          # pass pairs, F = 1, B = 2, W = 1
+    return fill / (M + fill)
+
+
+def _ex7_hints(P, M):
+    return [
+        (lambda a: _close(a, (P - 1) / (M + P - 1)),
+         "that is 1F1B's bubble, (P - 1) / (N_mb + P - 1); DualPipe's fill and drain is "
+         "(P/2 - 1)(F&B + B - 3W)."),
+        (lambda a: _close(a, 2 * (P / 2 - 1) / (M + 2 * (P / 2 - 1))),
+         "the idle time (P/2 - 1)(F + 2B - 3W) is in units of F; divide by F + B = 3 to "
+         "count it in forward-backward pass pairs."),
+        (lambda a: _close(a, 5 * (P / 2 - 1) / 3 / (M + 5 * (P / 2 - 1) / 3)),
+         "subtract 3W: the weight-gradient halves of the backward fill the bubble."),
+        (lambda a: _close(a, 2 * (P - 1) / 3 / (M + 2 * (P - 1) / 3)),
+         "DualPipe feeds microbatches from both ends: P/2 - 1, not P - 1, stage pairs."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.7", title="DualPipe's bubble", unit="fraction", rtol=0.02,
+    params={"P": 8, "M": 20},
+    choose={"P": (4, 8, 16, 32), "M": (8, 16, 20, 32, 64)},
+    solve=_ex7, hints_for=_ex7_hints,
+    statement="A pipeline of $P$ = {P} stages runs {M} microbatches with DualPipe. With "
+              "a chunk's forward $F$ = 1, backward $B$ = 2, its weight-gradient part "
+              "$W$ = 1 and $F\\&B = F + B$, what fraction of the step does each stage "
+              "idle in the fill and drain (idle time over idle time plus the "
+              "$N_{{\\mathrm{{mb}}}}$ pass pairs of work, all in units of a "
+              "forward-backward pass pair)?",
+))
+
+
+# 12.8 fp8 speed-up of the compute at a long context -------------------------------------
+def _share(S, k=8):
+    from ..models import DEEPSEEK_V3_MLA
+    head = _DS.dense.param_breakdown().output_head
+    active = (_DS.active_matmul_params()
+              + _DS.moe_layers * (k - _DS.top_k) * _DS.dense.mlp_params_per_layer())
+    lin = 2 * (active - head - _DS.router_params())
+    return lin / (2 * active + DEEPSEEK_V3_MLA.attention_flops_per_token(S))
+
+
+def _ex8(S=32768, k=8):
+    f = _share(S, k)
+    return 1 / (1 - f + f / 2)
+
+
+def _ex8_hints(S, k=8):
+    f = _share(S, k)
+    return [
+        (lambda a: _close(a, 2.0), "only the linear layers run in fp8; attention, the "
+                                   "router and the head stay bf16 (Amdahl)."),
+        (lambda a: _close(a, f) or _close(a, 1 + f),
+         "that is the fp8 share of the FLOPs; the speed-up is 1 / ((1 - f) + f / 2)."),
+        (lambda a: _close(a, 1 - f / 2),
+         "that is the new time over the old, (1 - f) + f / 2; the speed-up is its "
+         "inverse."),
+        (lambda a: _close(a, _ex8(4096, k)), "that is at 4K tokens; at a longer context "
+                                             "attention takes a larger share."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.8", title="What fp8 buys at a long context", unit="ratio", rtol=0.02,
+    params={"S": 32768, "k": 8},
+    choose={"S": (8192, 16384, 32768, 65536, 131072), "k": (4, 6, 8, 12)},
+    solve=_ex8, hints_for=_ex8_hints,
+    statement="DeepSeek-V3, with each token routed to $k$ = {k} experts, runs its forward "
+              "pass at a context of $S$ = {S:,} tokens: the linear "
+              "layers (every matmul one token meets but the output head and the router) "
+              "run at the fp8 peak, twice bf16's; MLA's attention "
+              "(`DEEPSEEK_V3_MLA.attention_flops_per_token`, causal), the router and the "
+              "head run in bf16. If the compute is at peak throughout, how many times "
+              "faster is the forward than all in bf16?",
+))
+
+
+# 12.9 the scales' bytes -----------------------------------------------------------------
+def _ex9(T=4096, D=7168):
+    return T * D / 128 * 4
+
+
+def _ex9_hints(T, D):
+    return [
+        (lambda a: _close(a, T * D / 128 ** 2 * 4),
+         "activations are scaled per 1 x 128 tile (one token, 128 channels), not per "
+         "128 x 128 block (that is the weights')."),
+        (lambda a: _close(a, T * D / 128), "each scale is fp32: 4 bytes."),
+        (lambda a: _close(a, T * 4) or _close(a, D / 128 * 4),
+         "one scale per 128 values of every token: T D / 128 scales."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.9", title="Bytes of fp8 activation scales", unit="bytes", rtol=0.02,
+    params={"T": 4096, "D": 7168},
+    choose={"T": (1024, 2048, 4096, 8192), "D": (4096, 5120, 7168, 8192)},
+    solve=_ex9, hints_for=_ex9_hints,
+    statement="An activation of {T:,} tokens x {D:,} channels is cast to fp8 with "
+              "DeepSeek-V3's fine-grained scaling, one fp32 scale per tile. How many bytes "
+              "do the scales take?",
+))
+
+
+# 12.10 MTP at batch 1 -------------------------------------------------------------------
+def _ex10(alpha=0.88, rho=0.05):
+    return (1 + alpha) / (1 + rho)
+
+
+def _ex10_hints(alpha, rho):
+    return [
+        (lambda a: _close(a, 1 + alpha), "the module's pass costs rho of a step: divide by "
+                                         "1 + rho."),
+        (lambda a: _close(a, alpha / (1 + rho)), "the first token is always the target's "
+                                                 "own: a step yields 1 + alpha tokens."),
+        (lambda a: _close(a, (1 + alpha) / 2), "at batch 1 the verification of two tokens "
+                                               "costs one step (memory-bound), not two."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.10", title="Multi-token prediction at batch 1", unit="ratio", rtol=0.02,
+    params={"alpha": 0.88, "rho": 0.05},
+    choose={"alpha": (0.7, 0.75, 0.8, 0.85, 0.9, 0.95), "rho": (0.02, 0.05, 0.1)},
+    solve=_ex10, hints_for=_ex10_hints,
+    statement="One MTP module proposes the token after next; the target accepts it with "
+              "probability $\\alpha$ = {alpha}. The module's pass costs $\\rho$ = {rho} of "
+              "a decode step, and at batch 1 verifying two tokens costs one step. How "
+              "many times the tokens per second of plain decoding does this give?",
+))
+
+
+# 12.11 decode bytes across nodes --------------------------------------------------------
+def _ex11(tokens=64, n_ep=320, local=8, s=1):
+    return tokens * _DS.top_k * _D * s * (n_ep - local) / n_ep
+
+
+register(NumericExercise(
+    id="12.11", title="Bytes a decode GPU sends across nodes", unit="bytes", rtol=0.01,
+    reference=_ex11,
+    hints=[
+        (lambda a: _close(a, _ex11(s=2)), "the dispatch is in fp8: 1 byte per element."),
+        (lambda a: _close(a, 64 * _DS.top_k * _D, 0.002),
+         "the copies for the 8 GPUs of its own node (itself included) go over NVLink: "
+         "(n_ep - 8) / n_ep of them leave on the card."),
+        (lambda a: _close(a, _ex11(local=1), 0.002),
+         "the other 7 GPUs of the node are reached over NVLink, not the card: "
+         "(n_ep - 8) / n_ep."),
+        (lambda a: _close(a, _ex11() / _DS.top_k), "each token sends k = 8 copies, one per "
+                                                   "expert."),
+    ],
+))
+
+
+# 12.12 GPU-hours from a step time -------------------------------------------------------
+def _ex12(step=10.0, seqs=12288, S=4096, gpus=2048, tokens=14.8e12):
+    return tokens / (seqs * S) * step * gpus / 3600
+
+
+register(NumericExercise(
+    id="12.12", title="GPU-hours from a step", unit="GPU-hours", rtol=0.02,
+    reference=_ex12, chips=2048,
+    hints=[
+        (lambda a: _close(a, _ex12(seqs=15360)), "this batch is 12,288 sequences, not "
+                                                 "DeepSeek-V3's final 15,360."),
+        (lambda a: _close(a, _ex12() * 3600), "that is GPU-seconds: divide by 3,600."),
+        (lambda a: _close(a, _ex12(S=1)), "each sequence has 4,096 tokens: tokens per "
+                                          "step = sequences x S."),
+    ],
+))
+
+
+# 12.13 DualPipe's idle time, in code ----------------------------------------------------
+def _idle_ref(P, F, B, W):
+    return (P / 2 - 1) * (F + B + B - 3 * W)
+
+
+_CASES_13 = [(16, 1.0, 2.0, 1.0), (8, 1.0, 2.2, 0.8), (4, 2.0, 3.0, 1.0),
+             (32, 1.5, 2.5, 1.25)]
+
+
+def _draw_13(rng):
+    F = rng.choice((1.0, 1.5, 2.0))
+    B = F * rng.choice((1.8, 2.0, 2.2))
+    return (rng.choice((4, 6, 8, 12, 16, 32)), F, B, B * rng.choice((0.4, 0.5)))
+
+
+def _idle_with(**slip):
+    def predicate(got, want, args):
+        P, F, B, W = args
+        pairs = (P - 1) if slip.get("pairs") else (P / 2 - 1)
+        fb = max(F, B) if slip.get("fb_max") else F + B
+        w = 0 if slip.get("no_w") else 3 * W
+        t = ((P - 1) * (F + B)) if slip.get("one_f") else pairs * (fb + B - w)
+        v = as_number(got)
+        return v is not None and v != want and math.isclose(v, t, rel_tol=1e-6)
+    return predicate
+
+
+register(CodeExercise(
+    id="12.13", title="DualPipe's idle time, in code", reference=_idle_ref,
+    cases=_CASES_13, generate=_draw_13, unit="units of F", rtol=1e-6,
+    describe=lambda P, F, B, W: f"P={P}, F={F:g}, B={B:g}, W={W:g}",
+    hints=[
+        (lambda got, want, args: as_number(got) is None, "return the idle time, a number."),
+        (_idle_with(one_f=True), "that is 1F1B's (P - 1)(F + B); DualPipe's is "
+                                 "(P/2 - 1)(F&B + B - 3W)."),
+        (_idle_with(pairs=True), "DualPipe runs microbatches from both ends: P/2 - 1, not "
+                                 "P - 1."),
+        (_idle_with(no_w=True), "subtract 3W: the weight-gradient work fills part of the "
+                                "bubble."),
+        (_idle_with(fb_max=True), "F&B, a forward and a backward chunk overlapped, still "
+                                  "computes both: F + B (only communication hides)."),
+    ],
+))
+
+
+# 12.14 which matmul runs in fp8 ---------------------------------------------------------
+register(ChoiceExercise(
+    id="12.14", title="What DeepSeek-V3 runs in fp8",
+    choices=("expert_weight_gradient", "attention_scores", "router", "output_head"),
+    reference=lambda: "expert_weight_gradient",
+    aliases={"wgrad": "expert_weight_gradient", "weight_gradient": "expert_weight_gradient",
+             "gating": "router", "head": "output_head", "scores": "attention_scores"},
+    hints={"attention_scores": "the attention operator (scores and values) stays in "
+                               "bf16; fp8 is for the linear layers' matmuls.",
+           "router": "the MoE gating is kept in higher precision: it is small and its "
+                     "choices are sensitive.",
+           "output_head": "the embedding and the output head stay in bf16 or fp32."},
+))
