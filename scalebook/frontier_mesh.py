@@ -62,6 +62,7 @@ import numpy as np
 from . import collectives as _coll
 from . import hlo as _hlo
 from .llama import apply_rope, rope_angles
+from .models import MLAConfig
 from .parallelism import check_divides, moe_all_to_all_bytes, moe_capacity
 from .units import check_positive, check_positive_int, dtype_bytes
 
@@ -442,33 +443,8 @@ def moe_expert_parallel(mesh, axis: str, top_k: int,
 # Multi-head latent attention at decode
 # ------------------------------------------------------------------------------------------
 
-# The layer's shapes come from an MLA configuration with the fields of
-# scalebook.models.MLAConfig (chapter 12's DeepSeek-V3 shapes): d_model, n_heads, kv_rank
-# (d_c), rope_dim (d_r), nope_dim (d_n), v_dim (d_v), n_layers, q_rank. Until that class is
-# in the package, an equivalent one with those fields is defined here.
-try:
-    from .models import MLAConfig
-except ImportError:     # pragma: no cover - replaced by models.MLAConfig once merged
-    @dataclass(frozen=True)
-    class MLAConfig:
-        """Multi-head latent attention's shapes (the fields of models.MLAConfig)."""
-
-        d_model: int
-        n_heads: int
-        kv_rank: int
-        rope_dim: int
-        nope_dim: int
-        v_dim: int
-        n_layers: int
-        q_rank: int | None = None
-
-        def __post_init__(self):
-            for f in ("d_model", "n_heads", "kv_rank", "rope_dim", "nope_dim", "v_dim",
-                      "n_layers"):
-                check_positive_int(f, getattr(self, f))
-            if self.q_rank is not None:
-                check_positive_int("q_rank", self.q_rank)
-
+# The layer's shapes come from models.MLAConfig (chapter 12's DeepSeek-V3 shapes): d_model,
+# n_heads, kv_rank (d_c), rope_dim (d_r), nope_dim (d_n), v_dim (d_v), n_layers, q_rank.
 # RoPE's base for the d_r rotary dimensions (DeepSeek-V3 uses 10,000 before its context
 # extension; the toy layer needs only some base).
 ROPE_THETA = 10000.0
