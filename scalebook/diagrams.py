@@ -247,7 +247,11 @@ def sharded_arrays(specs, mesh_shape=(2, 4), axis_names=("x", "y"), shape=(8, 16
     ``devices_indices_map``. ``specs`` are ``PartitionSpec``s (placed on a mesh of
     ``mesh_shape`` with ``axis_names``), ``NamedSharding``s or sharded ``jax.Array``s.
     With ``show_mesh`` the first panel draws the mesh's devices. ``titles`` (one per spec)
-    default to the specs."""
+    default to the specs; given a dict, its keys name the specs (``"A[I_X, J] = P('x',
+    None)"``)."""
+    named = None
+    if isinstance(specs, dict):
+        named, specs = list(specs), list(specs.values())
     specs = list(specs)
     if not specs:
         raise ValueError("specs is empty: give at least one PartitionSpec or NamedSharding")
@@ -263,13 +267,15 @@ def sharded_arrays(specs, mesh_shape=(2, 4), axis_names=("x", "y"), shape=(8, 16
     if show_mesh and mesh.devices.ndim > 2:
         raise ValueError(f"the mesh panel draws 1-D or 2-D meshes; this one is "
                          f"{mesh.devices.shape} (pass show_mesh=False)")
+    if named is not None and titles is None:
+        titles = [f"{k} = {_spec_text(sh.spec)}" for k, (sh, _) in zip(named, placed)]
     panels = [("mesh", None)] * bool(show_mesh) + list(zip(placed, titles or [None] * len(specs)))
     ncols = min(ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     shp = placed[0][1]
     aspect = (1 / shp[0]) if len(shp) == 1 else shp[0] / shp[1]
     panel_w = MAX_WIDTH / ncols
-    fig = _figure(MAX_WIDTH, nrows * (panel_w * min(max(aspect, 0.25), 1.2) + 0.9))
+    fig = _figure(MAX_WIDTH, nrows * (panel_w * min(max(aspect, 0.25), 1.2) + 0.75))
     axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
     for ax, panel in zip(axes, panels):
         if panel[0] == "mesh":
@@ -281,7 +287,8 @@ def sharded_arrays(specs, mesh_shape=(2, 4), axis_names=("x", "y"), shape=(8, 16
         ax.set_visible(False)
     dims = " x ".join(map(str, shp))
     mesh_txt = " x ".join(f"{n} ({a!r})" for a, n in dict(mesh.shape).items())
-    text = (f"Which device holds each block of a {dims} array on a {mesh_txt} mesh, "
+    article = "an" if str(shp[0]).startswith("8") or shp[0] in (11, 18) else "a"
+    text = (f"Which device holds each block of {article} {dims} array on a {mesh_txt} mesh, "
             f"for {len(specs)} sharding{'s' * (len(specs) > 1)}: a block's colour and "
             f"label name the devices that hold it, and a block held by several devices is "
             f"striped in all their colours.")
@@ -424,19 +431,23 @@ def collective(kind: str, n: int = 4):
 # Rings: the traffic of each step
 # ------------------------------------------------------------------------------------------
 
-def ring_steps(kind: str, n: int):
+def ring_steps(kind: str, n: int, direction: int = 1):
     """The ring algorithm of ``kind`` over ``n`` devices, step by step.
 
     Returns ``(states, sends)``: ``states[0]`` is :func:`collective_blocks`'s before-state
     and ``states[s + 1]`` what each device holds after step ``s``; ``sends[s]`` lists the
     ``(source, destination, cell)`` of step ``s``, each device sending one chunk (a
-    frozenset of ``(source device, chunk)`` pairs, like a slot) to the next device.
-    All-gather: at step s device i passes on chunk (i - s) mod n, the one it received
-    last. Reduce-scatter: device i sends its partial sum of chunk (i - s - 1) mod n and the
-    receiver adds its own part, so after n - 1 steps device d holds all of chunk d. An
-    all-reduce is a reduce-scatter followed by an all-gather of the summed chunks."""
+    frozenset of ``(source device, chunk)`` pairs, like a slot) to the next device,
+    i + ``direction`` mod n (``direction`` = 1 or -1). All-gather: at step s device i
+    passes on chunk (i - s direction) mod n, the one it received last. Reduce-scatter:
+    device i sends its partial sum of chunk (i - (s + 1) direction) mod n and the receiver
+    adds its own part, so after n - 1 steps device d holds all of chunk d. An all-reduce
+    is a reduce-scatter followed by an all-gather of the summed chunks."""
     kind = _kind(kind, RING_KINDS)
     n = _int("n", n, 2, 16)
+    if direction not in (1, -1) or isinstance(direction, bool):
+        raise ValueError(f"direction must be 1 (to device i + 1) or -1 (to device i - 1); "
+                         f"got {direction!r}")
     before, _ = collective_blocks(kind, n)
     states = [tuple(tuple(row) for row in before)]
     sends = []
@@ -449,7 +460,7 @@ def ring_steps(kind: str, n: int):
             cell = cur[i][c]
             if cell is None:
                 raise AssertionError(f"device {i} has no chunk {c} to send")
-            moves.append((i, (i + 1) % n, cell))
+            moves.append((i, (i + direction) % n, cell))
         nxt = [list(row) for row in cur]
         for src, dst, cell in moves:
             (c,) = {ch for _, ch in cell}
@@ -460,31 +471,29 @@ def ring_steps(kind: str, n: int):
 
     if kind in ("reduce-scatter", "all-reduce"):
         for s in range(n - 1):
-            step(lambda i, s=s: (i - s - 1) % n, add=True)
+            step(lambda i, s=s: (i - (s + 1) * direction) % n, add=True)
     if kind == "reduce-scatter":
         # the slots other than a device's own chunk hold stale partial sums: drop them
         final = tuple(tuple(cell if c == d else None for c, cell in enumerate(row))
                       for d, row in enumerate(states[-1]))
         states[-1] = final
-    if kind == "all-gather":
+    if kind in ("all-gather", "all-reduce"):
         for s in range(n - 1):
-            step(lambda i, s=s: (i - s) % n, add=False)
-    if kind == "all-reduce":
-        for s in range(n - 1):
-            step(lambda i, s=s: (i - s) % n, add=False)
+            step(lambda i, s=s: (i - s * direction) % n, add=False)
     return states, sends
 
 
-def ring(n: int = 4, kind: str = "all-gather", step: int | None = None):
+def ring(n: int = 4, kind: str = "all-gather", step: int | None = None,
+         direction: int = 1):
     """The ring ``kind`` over ``n`` devices: one panel per step (or only ``step``,
     counted from 0), the devices on a circle and, on each arrow, the chunk that device
-    sends to the next one in that step (coloured by the devices whose data it sums).
-    From :func:`ring_steps`."""
+    sends to the next one (i + ``direction``) in that step, coloured by the devices whose
+    data it sums. From :func:`ring_steps`."""
     from matplotlib.patches import Circle, FancyArrowPatch
 
     kind = _kind(kind, RING_KINDS)
     n = _int("n", n, 2, 8)
-    states, sends = ring_steps(kind, n)
+    states, sends = ring_steps(kind, n, direction)
     steps = list(range(len(sends)))
     if step is not None:
         step = _int("step", step, 0, len(sends) - 1)
@@ -505,14 +514,15 @@ def ring(n: int = 4, kind: str = "all-gather", step: int | None = None):
             ax.text(x, y, f"d{i}", ha="center", va="center", fontsize=MIN_FONT, zorder=4)
         for src, dst, cell in sends[s]:
             (x0, y0), (x1, y1) = pos[src], pos[dst]
-            bend = 0.35 if n > 2 else 0.5
-            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle=f"arc3,rad=-{bend}",
+            # bulge outwards: clockwise (direction 1) arcs bend the other way round
+            rad = -(0.35 if n > 2 else 0.5) * direction
+            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle=f"arc3,rad={rad}",
                                          arrowstyle="-|>", mutation_scale=12, lw=1.2,
                                          color="#444444", shrinkA=14, shrinkB=14, zorder=2))
             # the chunk in flight, on the arc's midpoint: matplotlib's arc3 puts the
             # control point at mid + rad (dy, -dx), and a quadratic Bezier passes half way
             dx, dy = x1 - x0, y1 - y0
-            cx, cy = (x0 + x1) / 2 - bend * dy / 2, (y0 + y1) / 2 + bend * dx / 2
+            cx, cy = (x0 + x1) / 2 + rad * dy / 2, (y0 + y1) / 2 - rad * dx / 2
             _striped(ax, cx - box / 2, cy - 0.16, box, 0.32,
                      {d for d, _ in cell}, zorder=6)
             ax.text(cx, cy, _chunk_label(cell), ha="center", va="center",
@@ -528,8 +538,9 @@ def ring(n: int = 4, kind: str = "all-gather", step: int | None = None):
     for ax in axes[len(steps):]:
         ax.set_visible(False)
     which = "every step" if step is None else f"step {step + 1}"
+    way = "next" if direction == 1 else "previous"
     text = (f"The ring {kind} over {n} devices, {which} of {len(sends)}: in each step "
-            f"every device sends one chunk to the next device round the ring (the chunk on "
+            f"every device sends one chunk to the {way} device round the ring (the chunk on "
             f"each arrow, coloured by the devices whose data it carries; ΣAc is a partial "
             f"or complete sum of chunk c), so each device sends {len(sends)} chunks of "
             f"1/{n} of the array in all.")

@@ -214,14 +214,15 @@ def test_the_collective_figure_draws_the_blocks():
 # Rings
 # ------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("direction", [1, -1])
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
 @pytest.mark.parametrize("kind", dg.RING_KINDS)
-def test_the_ring_ends_in_the_collectives_result_and_sends_ring_bytes(kind, n):
-    states, sends = dg.ring_steps(kind, n)
+def test_the_ring_ends_in_the_collectives_result_and_sends_ring_bytes(kind, n, direction):
+    states, sends = dg.ring_steps(kind, n, direction)
     before, after = dg.collective_blocks(kind, n)
     assert states[0] == before and states[-1] == after
     for s, moves in enumerate(sends):
-        assert sorted((src, dst) for src, dst, _ in moves) == [(i, (i + 1) % n)
+        assert sorted((src, dst) for src, dst, _ in moves) == [(i, (i + direction) % n)
                                                                 for i in range(n)]
         for src, _, cell in moves:
             (c,) = {ch for _, ch in cell}
@@ -294,6 +295,8 @@ def test_errors_are_clear():
         dg.collective("all-gather", 1)
     with pytest.raises(ValueError, match="step must be an integer of at least 0 and at most 2"):
         dg.ring(4, "all-gather", step=3)
+    with pytest.raises(ValueError, match="direction must be 1"):
+        dg.ring(4, "all-gather", direction=2)
     with pytest.raises(TypeError, match="draws scalebook.parallelism.Schedule objects"):
         dg.pipeline_schedule([[("F", 0)]])
     assert dg.collective_blocks("ppermute", 3) == dg.collective_blocks("collective-permute", 3)
@@ -310,6 +313,7 @@ FIGURES = {
     "collective n=8": lambda: dg.collective("reduce-scatter", 8),
     "ring": lambda: dg.ring(4, "all-reduce"),
     "ring n=8 step": lambda: dg.ring(8, "all-gather", step=0),
+    "ring backwards": lambda: dg.ring(4, "all-gather", direction=-1),
     "pipeline": lambda: dg.pipeline_schedule([par.pipeline_schedule(4, 8, k)
                                               for k in par.SCHEDULES]),
     "pipeline long": lambda: dg.pipeline_schedule(par.pipeline_schedule(8, 32, "1f1b")),
