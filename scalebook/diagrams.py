@@ -25,6 +25,7 @@ Colours: one per device (:func:`device_color`), the same in every diagram.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -49,6 +50,7 @@ _EDGE = "#222222"
 # Shared pieces: colours, labels, captions, figures
 # ------------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def device_color(device_id: int) -> str:
     """The colour of device ``device_id`` in every diagram: the light half of matplotlib's
     tab20 for devices 0-9 (black text stays readable on it), then the dark half, cycling."""
@@ -105,15 +107,21 @@ def _int(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
     return int(value)
 
 
+def _add(ax, patch):
+    """Add a patch without updating the data limits (every diagram sets its own), which
+    is most of the time add_patch takes."""
+    ax.add_artist(patch)
+
+
 def _striped(ax, x, y, w, h, ids, zorder=1):
     """A w x h rectangle at (x, y), in vertical stripes, one per device of ``ids``."""
     from matplotlib.patches import Rectangle
 
     ids = sorted(ids)
     for k, d in enumerate(ids):
-        ax.add_patch(Rectangle((x + k * w / len(ids), y), w / len(ids), h, lw=0,
+        _add(ax, Rectangle((x + k * w / len(ids), y), w / len(ids), h, lw=0,
                                facecolor=device_color(d), zorder=zorder))
-    ax.add_patch(Rectangle((x, y), w, h, fill=False, edgecolor=_EDGE, lw=1.0,
+    _add(ax, Rectangle((x, y), w, h, fill=False, edgecolor=_EDGE, lw=1.0,
                            zorder=zorder + 1))
 
 
@@ -374,7 +382,7 @@ def _draw_slots(ax, state, title, show_devices=True):
         for c, cell in enumerate(row):
             if cell is None:
                 from matplotlib.patches import Rectangle
-                ax.add_patch(Rectangle((c, d), 1, 1, fill=False, edgecolor="#bbbbbb",
+                _add(ax, Rectangle((c, d), 1, 1, fill=False, edgecolor="#bbbbbb",
                                        lw=0.6, ls=":"))
                 continue
             _striped(ax, c, d, 1, 1, {s for s, _ in cell})
@@ -484,53 +492,73 @@ def ring_steps(kind: str, n: int, direction: int = 1):
 
 
 def ring(n: int = 4, kind: str = "all-gather", step: int | None = None,
-         direction: int = 1):
+         direction: int = 1, bidirectional: bool = False):
     """The ring ``kind`` over ``n`` devices: one panel per step (or only ``step``,
     counted from 0), the devices on a circle and, on each arrow, the chunk that device
     sends to the next one (i + ``direction``) in that step, coloured by the devices whose
-    data it sums. From :func:`ring_steps`."""
+    data it sums. From :func:`ring_steps`.
+
+    ``bidirectional=True`` draws the ring of a torus axis, whose links carry data both
+    ways: every chunk is split in two halves (marked ½), one half runs the ring of
+    ``direction`` 1 (arrows outside the circle), the other that of -1 (inside), so each
+    link carries half a chunk a step in each direction and the collective takes half the
+    time of the one-way ring."""
     from matplotlib.patches import Circle, FancyArrowPatch
 
     kind = _kind(kind, RING_KINDS)
     n = _int("n", n, 2, 8)
-    states, sends = ring_steps(kind, n, direction)
-    steps = list(range(len(sends)))
+    if not isinstance(bidirectional, bool):
+        raise ValueError(f"bidirectional must be True or False; got {bidirectional!r}")
+    if bidirectional and n == 2:
+        raise ValueError("a ring of 2 devices has one link: nothing to send the other way "
+                         "round (bidirectional needs n >= 3)")
+    rings = ([(1, ring_steps(kind, n, 1)[1]), (-1, ring_steps(kind, n, -1)[1])]
+             if bidirectional else [(direction, ring_steps(kind, n, direction)[1])])
+    n_steps = len(rings[0][1])
+    steps = list(range(n_steps))
     if step is not None:
-        step = _int("step", step, 0, len(sends) - 1)
+        step = _int("step", step, 0, n_steps - 1)
         steps = [step]
-    ncols = min(len(steps), 3)
+    ncols = min(len(steps), 2 if bidirectional else 3)
     nrows = math.ceil(len(steps) / ncols)
     panel = MAX_WIDTH / ncols
-    radius = max(1.0, n / 4)
-    fig = _figure(MAX_WIDTH, nrows * min(panel, 2.6 if n <= 4 else 3.4) + 0.1)
+    radius = max(1.0, n / 4) * (1.45 if bidirectional else 1.0)
+    tall = 3.4 if n > 4 or bidirectional else 2.6
+    fig = _figure(MAX_WIDTH, nrows * min(panel, tall) + 0.1)
     axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
     pos = [(radius * math.sin(2 * math.pi * i / n), radius * math.cos(2 * math.pi * i / n))
            for i in range(n)]
-    box = 0.56
+    half = "½" if bidirectional else ""
+    box = 0.72 if bidirectional else 0.56
     for ax, s in zip(axes, steps):
         for i, (x, y) in enumerate(pos):
-            ax.add_patch(Circle((x, y), 0.24, facecolor=device_color(i), edgecolor=_EDGE,
-                                lw=1.0, zorder=3))
+            _add(ax, Circle((x, y), 0.24, facecolor=device_color(i), edgecolor=_EDGE,
+                            lw=1.0, zorder=3))
             ax.text(x, y, f"d{i}", ha="center", va="center", fontsize=MIN_FONT, zorder=4)
-        for src, dst, cell in sends[s]:
-            (x0, y0), (x1, y1) = pos[src], pos[dst]
-            # bulge outwards: clockwise (direction 1) arcs bend the other way round
-            rad = -(0.35 if n > 2 else 0.5) * direction
-            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle=f"arc3,rad={rad}",
+        for way, sends in rings:
+            for src, dst, cell in sends[s]:
+                (x0, y0), (x1, y1) = pos[src], pos[dst]
+                # clockwise arcs (direction 1) bulge outwards; anticlockwise ones too
+                # unless both run, when they bulge inwards, off the clockwise arrows
+                rad = -(0.35 if n > 2 else 0.5) * (1 if bidirectional else way)
+                _add(ax, FancyArrowPatch((x0, y0), (x1, y1),
+                                         connectionstyle=f"arc3,rad={rad}",
                                          arrowstyle="-|>", mutation_scale=12, lw=1.2,
-                                         color="#444444", shrinkA=14, shrinkB=14, zorder=2))
-            # the chunk in flight, on the arc's midpoint: matplotlib's arc3 puts the
-            # control point at mid + rad (dy, -dx), and a quadratic Bezier passes half way
-            dx, dy = x1 - x0, y1 - y0
-            cx, cy = (x0 + x1) / 2 + rad * dy / 2, (y0 + y1) / 2 - rad * dx / 2
-            _striped(ax, cx - box / 2, cy - 0.16, box, 0.32,
-                     {d for d, _ in cell}, zorder=6)
-            ax.text(cx, cy, _chunk_label(cell), ha="center", va="center",
-                    fontsize=MIN_FONT, zorder=8)
+                                         color="#444444", shrinkA=14, shrinkB=14,
+                                         zorder=2))
+                # the chunk in flight, on the arc's midpoint: matplotlib's arc3 puts the
+                # control point at mid + rad (dy, -dx), and a quadratic Bezier passes half
+                # way to it
+                dx, dy = x1 - x0, y1 - y0
+                cx, cy = (x0 + x1) / 2 + rad * dy / 2, (y0 + y1) / 2 - rad * dx / 2
+                _striped(ax, cx - box / 2, cy - 0.16, box, 0.32,
+                         {d for d, _ in cell}, zorder=6)
+                ax.text(cx, cy, half + _chunk_label(cell), ha="center", va="center",
+                        fontsize=MIN_FONT, zorder=8)
         phase = ""
         if kind == "all-reduce":
             phase = " (reduce-scatter)" if s < n - 1 else " (all-gather)"
-        ax.set_title(f"step {s + 1} of {len(sends)}{phase}", fontsize=MIN_FONT + 1)
+        ax.set_title(f"step {s + 1} of {n_steps}{phase}", fontsize=MIN_FONT + 1)
         ax.set_xlim(-radius - 0.75, radius + 0.75)
         ax.set_ylim(-radius - 0.5, radius + 0.5)
         ax.set_aspect("equal")
@@ -538,11 +566,18 @@ def ring(n: int = 4, kind: str = "all-gather", step: int | None = None,
     for ax in axes[len(steps):]:
         ax.set_visible(False)
     which = "every step" if step is None else f"step {step + 1}"
+    if bidirectional:
+        text = (f"The bidirectional ring {kind} over {n} devices, {which} of {n_steps}: "
+                f"every chunk is split in halves (½), one travelling clockwise (arrows "
+                f"outside) and one anticlockwise (inside), coloured by the devices whose "
+                f"data they carry (ΣAc: a sum of chunk c); each device sends half a chunk "
+                f"each way a step, so each link carries half the bytes of the one-way ring.")
+        return _finish(fig, text)
     way = "next" if direction == 1 else "previous"
-    text = (f"The ring {kind} over {n} devices, {which} of {len(sends)}: in each step "
+    text = (f"The ring {kind} over {n} devices, {which} of {n_steps}: in each step "
             f"every device sends one chunk to the {way} device round the ring (the chunk on "
             f"each arrow, coloured by the devices whose data it carries; ΣAc is a partial "
-            f"or complete sum of chunk c), so each device sends {len(sends)} chunks of "
+            f"or complete sum of chunk c), so each device sends {n_steps} chunks of "
             f"1/{n} of the array in all.")
     return _finish(fig, text)
 
@@ -589,7 +624,7 @@ def pipeline_schedule(schedules, titles=None):
                 if cell is None:
                     continue
                 colour = FORWARD_COLOR if cell[0] == "F" else BACKWARD_COLOR
-                ax.add_patch(Rectangle((t, p), 1, 1, facecolor=colour, edgecolor="white",
+                _add(ax, Rectangle((t, p), 1, 1, facecolor=colour, edgecolor="white",
                                        lw=0.8))
                 if numbered:
                     ax.text(t + 0.5, p + 0.5, str(cell[1]), ha="center", va="center",

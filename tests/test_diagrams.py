@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from matplotlib.patches import Rectangle
+from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.text import Text
 
 import scalebook
@@ -240,6 +240,43 @@ def test_the_ring_figure_labels_each_arrow_with_the_chunk_sent():
     assert fig.axes[0].get_title() == "step 3 of 3"
 
 
+@pytest.mark.parametrize("n", [3, 4, 8])
+@pytest.mark.parametrize("kind", dg.RING_KINDS)
+def test_the_bidirectional_ring_is_the_torus_cost_model(kind, n):
+    """Both half-rings end in the collective's result; a link carries half a chunk a step
+    in each direction, which is collective_time's torus time (half the one-way ring's),
+    in latency_steps(torus) steps."""
+    (_, cw), (_, ccw) = dg.ring_steps(kind, n, 1), dg.ring_steps(kind, n, -1)
+    after = dg.collective_blocks(kind, n)[1]
+    assert dg.ring_steps(kind, n, 1)[0][-1] == dg.ring_steps(kind, n, -1)[0][-1] == after
+    M, W = 8192.0, 1e9
+    # bytes over the link i -> i + 1 (clockwise half-chunks only) and i -> i - 1
+    for way, sends in ((1, cw), (-1, ccw)):
+        per_link = {}
+        for moves in sends:
+            for src, dst, _ in moves:
+                assert dst == (src + way) % n
+                per_link[(src, dst)] = per_link.get((src, dst), 0) + M / n / 2
+        assert max(per_link.values()) / W == pytest.approx(
+            coll.collective_time(kind, M, n, bandwidth=W, topology="torus"))
+        assert max(per_link.values()) / W == pytest.approx(
+            coll.collective_time(kind, M, n, bandwidth=W, topology="ring") / 2)
+    assert len(cw) == len(ccw) == coll.latency_steps(kind, n, "torus")
+    step = 1
+    fig = dg.ring(n, kind, step=step, bidirectional=True)
+    ax = fig.axes[0]
+    labels = sorted(t.get_text() for t in ax.texts if "A" in t.get_text())
+    assert labels == sorted("½" + dg._chunk_label(cell) for _, _, cell in cw[step] + ccw[step])
+    # the arrows join each device to both neighbours: read the devices at their ends
+    where = {tuple(np.round(t.get_position(), 6)): int(t.get_text()[1:])
+             for t in ax.texts if t.get_text().startswith("d")}
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    ends = sorted((where[tuple(np.round(a._posA_posB[0], 6))],      # no public getter
+                   where[tuple(np.round(a._posA_posB[1], 6))]) for a in arrows)
+    assert ends == sorted([(i, (i + 1) % n) for i in range(n)]
+                          + [(i, (i - 1) % n) for i in range(n)])
+
+
 # ------------------------------------------------------------------------------------------
 # Pipeline schedules
 # ------------------------------------------------------------------------------------------
@@ -295,6 +332,8 @@ def test_errors_are_clear():
         dg.collective("all-gather", 1)
     with pytest.raises(ValueError, match="step must be an integer of at least 0 and at most 2"):
         dg.ring(4, "all-gather", step=3)
+    with pytest.raises(ValueError, match="bidirectional needs n >= 3"):
+        dg.ring(2, "all-gather", bidirectional=True)
     with pytest.raises(ValueError, match="direction must be 1"):
         dg.ring(4, "all-gather", direction=2)
     with pytest.raises(TypeError, match="draws scalebook.parallelism.Schedule objects"):
@@ -314,6 +353,8 @@ FIGURES = {
     "ring": lambda: dg.ring(4, "all-reduce"),
     "ring n=8 step": lambda: dg.ring(8, "all-gather", step=0),
     "ring backwards": lambda: dg.ring(4, "all-gather", direction=-1),
+    "ring both ways": lambda: dg.ring(4, "all-reduce", bidirectional=True),
+    "ring both ways n=8": lambda: dg.ring(8, "all-gather", step=0, bidirectional=True),
     "pipeline": lambda: dg.pipeline_schedule([par.pipeline_schedule(4, 8, k)
                                               for k in par.SCHEDULES]),
     "pipeline long": lambda: dg.pipeline_schedule(par.pipeline_schedule(8, 32, "1f1b")),
