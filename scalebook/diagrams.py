@@ -131,7 +131,7 @@ def _striped(ax, x, y, w, h, ids, zorder=1):
 
 def mesh_for(mesh_shape, axis_names):
     """A ``jax.sharding.Mesh`` of the given shape over the first devices (those that
-    :func:`scalebook.setup` chose, or JAX's own), checked: positive sizes, one name per
+    :func:`scalebook.mesh.setup` chose, or JAX's own), checked: positive sizes, one name per
     axis, no more devices than there are."""
     import jax
     import numpy as np
