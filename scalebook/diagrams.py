@@ -280,23 +280,35 @@ def sharded_arrays(specs, mesh_shape=(2, 4), axis_names=("x", "y"), shape=(8, 16
     panels = [("mesh", None)] * bool(show_mesh) + list(zip(placed, titles or [None] * len(specs)))
     ncols = min(ncols, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    shp = placed[0][1]
-    aspect = (1 / shp[0]) if len(shp) == 1 else shp[0] / shp[1]
+    def aspect(panel):
+        if panel[0] == "mesh":
+            return mesh.devices.shape[0] / mesh.devices.shape[-1] if mesh.devices.ndim == 2 \
+                else 1 / mesh.devices.shape[0]
+        shp = panel[0][1]
+        return 1 / shp[0] if len(shp) == 1 else shp[0] / shp[1]
+
     panel_w = MAX_WIDTH / ncols
-    fig = _figure(MAX_WIDTH, nrows * (panel_w * min(max(aspect, 0.25), 1.2) + 0.75))
-    axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
+    heights = [panel_w * min(max(max(aspect(p) for p in panels[r * ncols:(r + 1) * ncols]),
+                                 0.25), 0.8) + 0.75 for r in range(nrows)]
+    fig = _figure(MAX_WIDTH, sum(heights))
+    axes = list(fig.subplots(nrows, ncols, squeeze=False, height_ratios=heights).flat)
     for ax, panel in zip(axes, panels):
         if panel[0] == "mesh":
             _draw_mesh(ax, mesh)
             continue
         (sh, shp), title = panel
         _draw_blocks(ax, block_holders(sh, shp), shp, title or _spec_text(sh.spec))
+        if not 0.25 <= aspect(panel) <= 0.8:
+            ax.set_aspect("auto")       # a very tall or flat array: not drawn to scale
     for ax in axes[len(panels):]:
         ax.set_visible(False)
+    shapes = list(dict.fromkeys(shp for _, shp in placed))
+    shp = shapes[0]
     dims = " x ".join(map(str, shp))
     mesh_txt = " x ".join(f"{n} ({a!r})" for a, n in dict(mesh.shape).items())
     article = "an" if str(shp[0]).startswith("8") or shp[0] in (11, 18) else "a"
-    text = (f"Which device holds each block of {article} {dims} array on a {mesh_txt} mesh, "
+    what = f"{article} {dims} array" if len(shapes) == 1 else "each array"
+    text = (f"Which device holds each block of {what} on a {mesh_txt} mesh, "
             f"for {len(specs)} sharding{'s' * (len(specs) > 1)}: a block's colour and "
             f"label name the devices that hold it, and a block held by several devices is "
             f"striped in all their colours.")

@@ -133,6 +133,22 @@ def test_a_named_sharding_and_an_array_draw_the_same_blocks():
         assert s.device.id in ids
 
 
+def test_arrays_of_different_shapes_each_get_their_own_blocks():
+    mesh = dg.mesh_for((2, 4), ("x", "y"))
+    arrays = {"In": jax.device_put(np.zeros((64, 32)), NamedSharding(mesh, P("x"))),
+              "W_in": jax.device_put(np.zeros((32, 128)), NamedSharding(mesh, P("x", "y"))),
+              "W_out": jax.device_put(np.zeros((128, 32)), NamedSharding(mesh, P("y", "x")))}
+    fig = dg.sharded_arrays(arrays, shape=None)
+    assert "each array" in dg.caption(fig)
+    for name, a in arrays.items():
+        held = _holders_from_jax(a.sharding, a.shape)
+        blocks = _drawn_blocks(_panel(fig, f"{name} = {dg._spec_text(a.sharding.spec)}"))
+        assert sum((x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in blocks) == a.size
+        for (x0, y0, x1, y1), (ids, _) in blocks.items():
+            for h in held[int(y0):int(y1), int(x0):int(x1)].ravel():
+                assert h == ids
+
+
 def test_the_mesh_panel_places_each_device_where_the_mesh_has_it():
     fig = dg.sharded_array(P("a", "b"), (4, 2), ("a", "b"), (8, 8))
     ax = _panel(fig, "the devices on the mesh")
