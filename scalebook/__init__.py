@@ -32,6 +32,8 @@ Modules (chapter that derives them)::
   measure         timing on this machine: measured matmul and bandwidth rooflines (1);
                   GPU measurements stored by tools/gpu_measure.py (11)
   plots           the book's figures: chip colours, roofline plots
+  diagrams        pictures computed from what they show: an array's blocks on the mesh,
+                  collectives before/after, ring steps (3, 10); pipeline schedules (5)
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
   exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
   grade           re-run and grade students' notebooks: python -m scalebook.grade
@@ -80,6 +82,8 @@ Formula or task -> function::
   NamedSharding with clear errors, block shape    sharding.named_sharding / shard_shape
   collectives of a lowered program, abstract mesh  sharding.lowered_collectives / record_time
   collective matmul and its overlapped time       sharding.collective_matmul / collective_matmul_times
+  draw an array's blocks by device, collectives   diagrams.sharded_array / collectives / ring
+  draw a pipeline schedule                        diagrams.pipeline_schedule
   LLaMA-3 layer sharded for training and decode   sharding.layer_specs / layer_structs / layer_fn
   a multi-process run (jax.distributed) on CPU    multihost.run_local / worker
   collective latency, latency-bound buffer size   collectives.latency_steps / latency_bound_bytes

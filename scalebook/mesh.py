@@ -91,7 +91,11 @@ def version_notes() -> list[str]:
 
 def describe_figure(fig) -> str:
     """A sentence saying what a matplotlib figure shows, from its titles and axis labels
-    (the site uses it as the figure's alt text and caption)."""
+    (the site uses it as the figure's alt text and caption). A figure drawn by
+    :mod:`scalebook.diagrams` carries its own caption sentence, which is used instead."""
+    own = getattr(fig, "scalebook_caption", None)
+    if own:
+        return own
     parts = []
     sup = getattr(fig, "_suptitle", None)
     if sup is not None and sup.get_text().strip():

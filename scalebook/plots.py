@@ -135,6 +135,9 @@ def figure_report(fig) -> dict:
         fig.draw_without_rendering()
     finally:
         Text.draw = original
+    if not hasattr(fig.canvas, "get_renderer"):     # a bare Figure (scalebook.diagrams)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        FigureCanvasAgg(fig)
     renderer = fig.canvas.get_renderer()
     covers = []
     for ax in fig.axes:
