@@ -43,7 +43,9 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
              (127 / 128 * (W_LAYER / 4) / (2 * W5p), "32 chips of 'data'"),
              (RIGHT["10.1"] * 32 / 31, "(n - 1) / n")],
     "10.2": [(RIGHT["10.2"] / 80, "all 80 layers"), (RIGHT["10.2"] / 160, "all 80 layers"),
-             (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18")],
+             (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18"),
+             # four all-reduces per layer, as in a training step (chapter 9's 9.1)
+             (RIGHT["10.2"] * 2, "forward pass only")],
     "10.3": [(2 * RIGHT["10.3"], "each way"), (0.75 * RIGHT["10.3"], "one chunk's send"),
              (4 * RIGHT["10.3"], "not all of A"), (RIGHT["10.3"] / 4, "1/n of the chip's whole")],
     "10.4": [(RIGHT["10.4"] * DCN / NVLINK, "W_dcn"), (8 * RIGHT["10.4"], "n_model = 8"),

@@ -214,7 +214,12 @@ def _hints94(lead, rows, cols):
          "before them."),
         (lambda a: a * 4 == padded(), "that is a count of elements; the question asks for "
                                       "bytes, 4 per f32 element."),
-    ]
+    ] + ([
+        (lambda a: a == padded(tile=(128, 128)),
+         f"the second-minor dimension ({rows}) is padded to a multiple of 8, not of 128: "
+         f"the tile is 8 x 128, so only the minor dimension ({cols}) goes to a multiple of "
+         f"128."),
+    ] if padded(tile=(128, 128)) != padded() else [])
 
 
 register(VariedNumericExercise(
@@ -777,7 +782,8 @@ def _raised(text):
 
 @dataclass
 class _CompileOnceExercise(Exercise):
-    lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125)
+    # 0.1 itself: "above 0.1" does not clip at 0.1 (a >= slip is told apart there)
+    lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125, CLIP_ABOVE)
     shapes: tuple = ((4, 8), (16,))
     hints: list = field(default_factory=list)
 
@@ -896,7 +902,8 @@ class _CompileOnceExercise(Exercise):
         rng = np.random.default_rng(seed)
         # drawn per student, with one learning rate on each side of the clipping threshold
         lrs = [float(rng.uniform(CLIP_ABOVE + 0.05, 0.5)), float(rng.uniform(1e-3, CLIP_ABOVE))]
-        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 2)]
+        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 3)]
+        lrs += [CLIP_ABOVE]                     # the threshold itself: not clipped
         for shape, rec in zip(self.shapes, records):
             if not isinstance(rec, dict) or "program" not in rec:
                 text = rec.get("error", "?") if isinstance(rec, dict) else "?"

@@ -119,6 +119,9 @@ register(NumericExercise(
          "ring (NVSwitch, not a torus)."),
         (lambda a: _close(a, _ex2(bandwidth=get_chip("gpu-h100").ici_link_bandwidth)),
          "that uses one NVLink; through NVSwitch a GPU sends over all 18 of its links at once."),
+        (lambda a: _close(a, _ex2(per_layer=4)),
+         "2x too large: a decode step is a forward pass only, with two all-reduces per "
+         "layer (attention and MLP); a training step's backward pass adds the other two."),
     ],
 ))
 
