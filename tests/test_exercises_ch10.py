@@ -199,6 +199,17 @@ def cm_right_the_other_way(a, w):
     return acc
 
 
+def cm_python_slice(a, w):
+    """Takes the chunk's rows of w with Python slicing at a traced start: JAX refuses."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ w[((i + k) % n) * c:((i + k) % n + 1) * c]
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
+    return acc
+
+
 def cm_gather_by_permutes(a, w):
     """Gathers A with three permutes, then one matmul: right numbers, nothing overlapped."""
     n, i = 4, jax.lax.axis_index("y")
@@ -240,7 +251,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
              (lambda a, w: a @ w, "D/4 rows"),
              (cm_gather_by_permutes, "hides nothing"),
              (cm_k_hops, "2 hops along 'y'"),
-             (cm_fori_loop_one_send_too_many, "(4 do)")],
+             (cm_fori_loop_one_send_too_many, "(4 do)"),
+             (cm_python_slice, "dynamic_slice_in_dim")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
              (lambda: P("data", None, None, "model"), "communicates"),
              # section 10.9's decode layout: the KV heads cannot be split 4 ways here

@@ -389,7 +389,11 @@ register(MeshProgramExercise(
                   "A with permutes and then doing one matmul hides nothing behind the "
                   "sends."),
                  ("ppermute", "ppermute takes (source, destination) pairs of positions along "
-                  "'y', e.g. [(j, (j - 1) % 4) for j in range(4)].")],
+                  "'y', e.g. [(j, (j - 1) % 4) for j in range(4)]."),
+                 ("must have static start/stop/step",
+                  "the rows of w that a chunk needs start at a position computed from "
+                  "axis_index, a traced value, and w[start:stop] needs Python numbers: take "
+                  "them with jax.lax.dynamic_slice_in_dim(w, start, size, axis=0).")],
 ))
 
 
