@@ -234,6 +234,9 @@ CODE_RIGHT = {
 
 CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
     "10.6": [(lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, "x")) @ w2, "'y' splits"),
+             # the sum over both axes: it also adds up rows of the two batch halves
+             (lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, ("x", "y"))) @ w2,
+              "different rows of x"),
              # section 10.4's answer on this layout: the relu of partial sums
              (lambda x, w1, w2: jax.lax.psum(jax.nn.relu(x @ w1), "y") @ w2,
               "relu of a partial sum"),
