@@ -127,10 +127,13 @@ register(NumericExercise(
 
 
 # 10.3 ------------------------------------------------------------------------------------
-def _ex3(bidirectional=True, whole=False):
+def _ex3(bidirectional=True, whole=False, chip="tpu-v5e"):
+    """On TPU v5e: section 10.6's table is v5p's at every n from 2 to 64, from which v5p's
+    threshold is one ratio away (F times a step's send over its matmul); v6e's on 4 chips
+    equals v5p's on 8 (twice the FLOP/s, the same links)."""
     from ..sharding import collective_matmul_times
     m, n = _70b(), 4
-    t = collective_matmul_times(4096, m.d_model, 1, n, "tpu-v5p", bidirectional=bidirectional)
+    t = collective_matmul_times(4096, m.d_model, 1, n, chip, bidirectional=bidirectional)
     if whole:
         return t["gather"] / t["math"]
     return t["step_comm"] / (t["math"] / n)          # times are linear in F
@@ -142,6 +145,9 @@ register(NumericExercise(
     hints=[
         (lambda a: _close(a, _ex3(bidirectional=False)), "2x too large: half of each chunk "
          "goes each way round the torus axis, so a chunk's send takes chunk / (2 W)."),
+        (lambda a: _close(a, _ex3(chip="tpu-v5p")), "that is the threshold on TPU v5p (section "
+         "10.6's table); the question is for v5e chips: use their own bf16 FLOP/s and ICI "
+         "link bandwidth."),
         (lambda a: _close(a, _ex3(whole=True)), "that compares the whole gather with the whole "
          "matmul; compare one chunk's send with one chunk's matmul (1/n of the matmul)."),
         (lambda a: _close(a, _ex3() * 4), "n = 4x too large: a step sends one [B, D/n] chunk "
