@@ -268,14 +268,15 @@ def _mlp_np(case, x, w1, w2):
 
 def _tp_numbers(got, want, case):
     import numpy as np
-    B, D, F = case
-    x, w1, w2 = mesh_inputs([(B, D), (D, F), (F, D)], seed=B + 2 * D + 3 * F)
-    half = B // 2                 # the rows of x are split over 'x': two halves
-    both = np.maximum((x[:half] + x[half:]) @ w1, 0) @ w2       # psum over 'x' too
-    tol = dict(rtol=1e-4, atol=1e-4 * float(np.abs(both).max() or 1))
-    if np.allclose(got[:half], both, **tol) and np.allclose(got[half:], both, **tol):
-        return ("a psum over 'x' as well adds up the partial sums of different rows of x "
-                "(the batch is split over 'x'); the sum over D runs over 'y' only")
+    half = case[0] // 2           # the rows of x are split over 'x': two halves
+    tol = dict(rtol=1e-4, atol=1e-4 * float(np.abs(want).max() or 1))
+    # a psum over 'x' (alone or with 'y') gives both halves the same rows, whatever the
+    # inputs (the grader draws its own)
+    if (np.allclose(got[:half], got[half:], **tol)
+            and not np.allclose(want[:half], want[half:], **tol)):
+        return ("a psum over 'x' adds up the partial sums of different rows of x (the "
+                "batch is split over 'x'): x W1 contracts D, which 'y' splits, so the sum "
+                "runs over 'y' only")
     return ("x W1 contracts D, which 'y' splits: each device's x block times its w1 block "
             "is only its part of the sum over D, and the relu needs the whole sum (relu of "
             "a partial sum is not a part of the relu)")
