@@ -291,8 +291,8 @@ def entry_only(text):
 
 
 def test_9_6_right_answer():
-    r = evaluate("9.6", n_fusions)      # 7 published programs and 3 drawn ones
-    assert r.correct and "10 test inputs" in r.message, r
+    r = evaluate("9.6", n_fusions)      # 8 published programs and 3 drawn ones
+    assert r.correct and "11 test inputs" in r.message, r
 
 
 @pytest.mark.parametrize("fn,word", [(lambda t: t.count(" fusion("), "a fusion calls"),
@@ -575,3 +575,62 @@ def test_9_7_with_the_chapters_axis_names_gets_a_hint():
         return h @ w2
     r = evaluate("9.7", with_data_model)
     assert r.status == "wrong" and "axes 'x' and 'y'" in r.message, r
+
+
+def test_9_8_clipping_at_the_threshold_itself_is_rejected():
+    """"Above 0.1" does not clip at lr = 0.1: a >= slip gave the right numbers at every
+    learning rate the check tried, and both the notebook's check and the grader's passed
+    it."""
+    at_or_above = lambda w, g, lr: w - lr * jnp.where(lr >= 0.1, jnp.clip(g, -1.0, 1.0), g)
+    r = evaluate("9.8", lambda: jax.jit(at_or_above))
+    assert r.status == "wrong" and "lr=0.1 " in r.message and "not clipped" in r.message, r
+    assert evaluate("9.8", lambda: jax.jit(clipped_update)).correct
+    from scalebook.exercises import get_exercise
+    ex = get_exercise("9.8")
+    for seed in (1, 2):
+        assert not ex.evaluate_exported(ex.export_programs(lambda: jax.jit(at_or_above)),
+                                        seed).correct
+        assert ex.evaluate_exported(ex.export_programs(lambda: jax.jit(clipped_update)),
+                                    seed).correct
+
+
+def test_9_4_both_minor_dimensions_padded_to_128_gets_its_hint():
+    """Padding the second-minor dimension to 128 as well (100 -> 128) is a slip of its own:
+    it got only a plain "not yet"."""
+    r = evaluate("9.4", 32 * 8 * 128 * 128 * 4)
+    assert r.status == "wrong" and "multiple of 8, not of 128" in r.message, r
+    params = {"lead": (16,), "rows": 300, "cols": 100}
+    r = evaluate("9.4", 16 * 384 * 128 * 4, variant=params)
+    assert "(300) is padded to a multiple of 8, not of 128" in r.message, r
+
+
+def test_9_6_a_count_that_skips_call_instructions_is_rejected_with_its_hint():
+    """The statement counts the fusions of what a call runs; no program of the check had a
+    call (XLA:CPU inlines them), so a count that follows loops and conditionals only
+    passed."""
+    def no_calls(text):
+        comps, current, entry = defaultdict(list), None, None
+        for line in text.splitlines():
+            head = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+            if head and "=" not in line.split("(")[0]:
+                current = head.group(2)
+                entry = current if head.group(1) else entry
+            elif current and " = " in line:
+                comps[current].append(line)
+        todo, seen, count = [entry], {entry}, 0
+        while todo:
+            for line in comps[todo.pop()]:
+                op = re.search(r"\s([a-z][\w\-]*)\(", " " + line.split(" = ", 1)[1]).group(1)
+                count += op == "fusion"
+                if op in ("while", "conditional"):
+                    called = re.findall(r"(?:body|condition|true_computation|"
+                                        r"false_computation)=%?([\w.\-]+)", line)
+                    for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+                        called += re.findall(r"%?([\w.\-]+)", group)
+                    for c in called:
+                        if c not in seen:
+                            seen.add(c)
+                            todo.append(c)
+        return count
+    r = evaluate("9.6", no_calls)
+    assert r.status == "wrong" and "with_call" in r.message and "to_apply" in r.message, r

@@ -22,6 +22,8 @@ from scalebook.hardware import get_chip  # noqa: E402
 
 v5p, h100 = get_chip("tpu-v5p"), get_chip("gpu-h100")
 W5p, C5p = v5p.ici_link_bandwidth, v5p.bf16_flops
+v5e = get_chip("tpu-v5e")                    # 10.3: not the v5p of section 10.6's table
+W5e, C5e = v5e.ici_link_bandwidth, v5e.bf16_flops
 NVLINK, DCN = h100.ici_link_bandwidth * h100.ici_links, h100.dcn_bandwidth
 # LLaMA-3 70B (paper, Table 3; heads from the reference code)
 D, F, H, K, h, L = 8192, 28672, 64, 8, 128, 80
@@ -32,7 +34,7 @@ W_405 = (16384 * 128 * 128 * 2 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248) * 2
 RIGHT = {
     "10.1": 31 / 32 * (W_LAYER / 4) / (2 * W5p),
     "10.2": 2 * L * 2 * 7 / 8 * 128 * D * 2 / NVLINK,
-    "10.3": 4 * 2 * C5p / (4 * W5p),           # chunk send B D s/(2nW) = chunk matmul 2BDF/(n^2 C)
+    "10.3": 4 * 2 * C5e / (4 * W5e),           # chunk send B D s/(2nW) = chunk matmul 2BDF/(n^2 C)
     "10.4": 7 / 8 * (W_405 / 8) / DCN,
     "10.5": "y",
 }
@@ -43,7 +45,9 @@ HINTS = {   # a typical mistake and a phrase its hint must contain
              (127 / 128 * (W_LAYER / 4) / (2 * W5p), "32 chips of 'data'"),
              (RIGHT["10.1"] * 32 / 31, "(n - 1) / n")],
     "10.2": [(RIGHT["10.2"] / 80, "all 80 layers"), (RIGHT["10.2"] / 160, "all 80 layers"),
-             (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18")],
+             (RIGHT["10.2"] / 2, "two all-reduces"), (RIGHT["10.2"] * 18, "all 18"),
+             # four all-reduces per layer, as in a training step (chapter 9's 9.1)
+             (RIGHT["10.2"] * 2, "forward pass only")],
     "10.3": [(2 * RIGHT["10.3"], "each way"), (0.75 * RIGHT["10.3"], "one chunk's send"),
              (4 * RIGHT["10.3"], "not all of A"), (RIGHT["10.3"] / 4, "1/n of the chip's whole")],
     "10.4": [(RIGHT["10.4"] * DCN / NVLINK, "W_dcn"), (8 * RIGHT["10.4"], "n_model = 8"),
@@ -197,6 +201,17 @@ def cm_right_the_other_way(a, w):
     return acc
 
 
+def cm_python_slice(a, w):
+    """Takes the chunk's rows of w with Python slicing at a traced start: JAX refuses."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    acc = 0
+    for k in range(n):
+        acc = acc + a @ w[((i + k) % n) * c:((i + k) % n + 1) * c]
+        if k < n - 1:
+            a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
+    return acc
+
+
 def cm_gather_by_permutes(a, w):
     """Gathers A with three permutes, then one matmul: right numbers, nothing overlapped."""
     n, i = 4, jax.lax.axis_index("y")
@@ -221,6 +236,9 @@ CODE_RIGHT = {
 
 CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
     "10.6": [(lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, "x")) @ w2, "'y' splits"),
+             # the sum over both axes: it also adds up rows of the two batch halves
+             (lambda x, w1, w2: jax.nn.relu(jax.lax.psum(x @ w1, ("x", "y"))) @ w2,
+              "different rows of x"),
              # section 10.4's answer on this layout: the relu of partial sums
              (lambda x, w1, w2: jax.lax.psum(jax.nn.relu(x @ w1), "y") @ w2,
               "relu of a partial sum"),
@@ -238,7 +256,8 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
              (lambda a, w: a @ w, "D/4 rows"),
              (cm_gather_by_permutes, "hides nothing"),
              (cm_k_hops, "2 hops along 'y'"),
-             (cm_fori_loop_one_send_too_many, "(4 do)")],
+             (cm_fori_loop_one_send_too_many, "(4 do)"),
+             (cm_python_slice, "dynamic_slice_in_dim")],
     "10.8": [(lambda: P("data", "model", None, None), "communicates"),
              (lambda: P("data", None, None, "model"), "communicates"),
              # section 10.9's decode layout: the KV heads cannot be split 4 ways here
@@ -318,7 +337,7 @@ def test_10_5_reference_is_what_shard_map_does():
 
 def test_the_reference_formula_agrees_with_the_hand_worked_one():
     """10.3's reference uses scalebook.sharding; check it equals n s C / (4 W) exactly."""
-    assert math.isclose(evaluate("10.3", 4 * 2 * C5p / (4 * W5p)).correct, True)
+    assert math.isclose(evaluate("10.3", 4 * 2 * C5e / (4 * W5e)).correct, True)
 
 
 def test_10_10_hint_does_not_give_the_call():
@@ -354,3 +373,16 @@ def test_10_7_a_dead_fourth_send_is_the_same_program():
             a = jax.lax.ppermute(a, "y", [(j, (j - 1) % n) for j in range(n)])
         return acc
     assert evaluate("10.7", cm_dead_send).correct
+
+
+def test_10_3_is_not_one_ratio_from_section_10_6s_table():
+    """Section 10.6 tabulates v5p's per-step send and matmul for n = 2 to 64 (F times
+    their ratio is v5p's threshold for that n); the exercise is on v5e, whose threshold is
+    none of those (v6e's on 4 chips was v5p's on 8), and v5p's gets a hint."""
+    v5p_threshold = 4 * 2 * C5p / (4 * W5p)
+    r = evaluate("10.3", v5p_threshold)
+    assert not r.correct and "v5p" in r.message, r
+    for n in (2, 4, 8, 16, 32, 64):
+        links = 1 if n == 2 else 2                       # one link between two chips
+        table = F * (2 * 4096 * D / n / (links * W5p)) / (2 * 4096 * D * F / n**2 / C5p)
+        assert abs(RIGHT["10.3"] / table - 1) > 0.1, n

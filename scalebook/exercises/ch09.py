@@ -214,7 +214,12 @@ def _hints94(lead, rows, cols):
          "before them."),
         (lambda a: a * 4 == padded(), "that is a count of elements; the question asks for "
                                       "bytes, 4 per f32 element."),
-    ]
+    ] + ([
+        (lambda a: a == padded(tile=(128, 128)),
+         f"the second-minor dimension ({rows}) is padded to a multiple of 8, not of 128: "
+         f"the tile is 8 x 128, so only the minor dimension ({cols}) goes to a multiple of "
+         f"128."),
+    ] if padded(tile=(128, 128)) != padded() else [])
 
 
 register(VariedNumericExercise(
@@ -439,6 +444,36 @@ ENTRY %main (x.1: f32[4]) -> f32[4] {
 """
 
 
+# A call instruction runs the computation it names (to_apply=): its fusions run too. XLA:CPU
+# inlines most calls, so the compiled programs of the check have none; this hand-written one
+# has one (an entry-only count, or one that follows loops and conditionals only, gives 1
+# where the answer is 3).
+_CALL_FUSION = """HloModule with_call, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+%fused_sin (p.1: f32[8]) -> f32[8] {
+  %p.1 = f32[8]{0} parameter(0)
+  ROOT %sine.1 = f32[8]{0} sine(f32[8]{0} %p.1)
+}
+
+%fused_exp (p.2: f32[8]) -> f32[8] {
+  %p.2 = f32[8]{0} parameter(0)
+  ROOT %exp.1 = f32[8]{0} exponential(f32[8]{0} %p.2)
+}
+
+%called_body (q.1: f32[8]) -> f32[8] {
+  %q.1 = f32[8]{0} parameter(0)
+  %sine_fusion = f32[8]{0} fusion(f32[8]{0} %q.1), kind=kLoop, calls=%fused_sin
+  ROOT %exp_fusion = f32[8]{0} fusion(f32[8]{0} %sine_fusion), kind=kLoop, calls=%fused_exp
+}
+
+ENTRY %main (x.1: f32[8]) -> f32[8] {
+  %x.1 = f32[8]{0} parameter(0)
+  %sine_fusion.1 = f32[8]{0} fusion(f32[8]{0} %x.1), kind=kLoop, calls=%fused_sin
+  ROOT %call = f32[8]{0} call(f32[8]{0} %sine_fusion.1), to_apply=%called_body
+}
+"""
+
+
 def _program_texts():
     import jax
     import jax.numpy as jnp
@@ -480,9 +515,9 @@ def _program_texts():
              (switch_in_scan, (S((3, 32, 32), f32), S((16, 32), f32)))]
     # the hand-written nested case second, after one program whose matmul is a kCustom
     # fusion: a count of every " fusion(" or of every kLoop fusion is told apart early
-    for prog in progs:
-        if prog == "nested":
-            yield (_NESTED_FUSION,)
+    for prog in progs + ["call"]:
+        if prog in ("nested", "call"):
+            yield (_NESTED_FUSION if prog == "nested" else _CALL_FUSION,)
             continue
         fn, a = prog
         yield (jax.jit(fn).lower(*a).compile().as_text(),)
@@ -595,6 +630,21 @@ def _while_only(text):
     return count
 
 
+def _without_calls(text):
+    """The count that follows while loops and conditionals but not call instructions."""
+    comps, entry, _ = hlo._module(text)
+    todo, seen, count = [entry], {entry}, 0
+    while todo:
+        for ins in comps.get(todo.pop(), []):
+            count += ins.opcode == "fusion"
+            if ins.opcode in ("while", "conditional"):
+                for c in hlo._called(ins):
+                    if c in comps and c not in seen:
+                        seen.add(c)
+                        todo.append(c)
+    return count
+
+
 def _without_tuple_fusions(text):
     """The count with the fusions that return a tuple left out (a regex that takes the
     type to be one word misses them)."""
@@ -644,6 +694,10 @@ register(CodeExercise(
          "(kind=kCustom), and a while loop's condition runs too and can hold a fusion."),
         (lambda got, want, args: got == hlo_text_count(args[0], "kind=kLoop"),
          "matmuls are fusions too on this CPU (kind=kCustom), and reductions may be kInput."),
+        (lambda got, want, args: got == _without_calls(args[0]) != want,
+         "a call instruction (opcode call) runs the computation its to_apply= names, once "
+         "each time it is reached: the fusions of that computation run too, so count them "
+         "(this hand-written program has one; XLA:CPU inlines most calls)."),
         (lambda got, want, args: got == _while_only(args[0]),
          "a conditional (lax.cond, lax.switch: opcode conditional) runs one of its "
          "branch_computations (true_computation / false_computation in older text), and "
@@ -777,7 +831,8 @@ def _raised(text):
 
 @dataclass
 class _CompileOnceExercise(Exercise):
-    lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125)
+    # 0.1 itself: "above 0.1" does not clip at 0.1 (a >= slip is told apart there)
+    lrs: tuple = (0.3, 0.05, 1e-3, 0.2, 0.125, CLIP_ABOVE)
     shapes: tuple = ((4, 8), (16,))
     hints: list = field(default_factory=list)
 
@@ -896,7 +951,8 @@ class _CompileOnceExercise(Exercise):
         rng = np.random.default_rng(seed)
         # drawn per student, with one learning rate on each side of the clipping threshold
         lrs = [float(rng.uniform(CLIP_ABOVE + 0.05, 0.5)), float(rng.uniform(1e-3, CLIP_ABOVE))]
-        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 2)]
+        lrs += [float(x) for x in rng.uniform(1e-3, 0.5, len(self.lrs) - 3)]
+        lrs += [CLIP_ABOVE]                     # the threshold itself: not clipped
         for shape, rec in zip(self.shapes, records):
             if not isinstance(rec, dict) or "program" not in rec:
                 text = rec.get("error", "?") if isinstance(rec, dict) else "?"
