@@ -61,6 +61,22 @@ def test_hardware_table_is_generated(site):
         assert chip.name in html
 
 
+def test_the_chapters_results_are_html_tables_and_the_set_up_cell_is_folded(site):
+    """A scalebook.tables.Table output becomes an HTML table in the page (myst-nb reads its
+    text/markdown as MyST), with the heading cells the chapter's code gives; the set-up cell
+    sits whole behind one toggle (tools/site_fixes.py), its output inside it."""
+    for page, headings in [("06_training", ["sharding", "days", "at 40%"]),
+                           ("08_serving", ["tok/s/chip", "cheapest end to end"]),
+                           ("01_rooflines", ["I* (FLOPs/byte)"])]:
+        html = (site / "notebooks" / f"{page}.html").read_text()
+        tables = re.findall(r'<div class="cell_output[^"]*">.*?</table>', html, re.S)
+        heads = " ".join(re.findall(r"<th[^>]*>(?:<p>)?(.*?)(?:</p>)?</th>", " ".join(tables)))
+        for h in headings:
+            assert h in heads, f"{page}: no table heading {h!r} in a cell's output"
+        setup = html.split("tag_setup", 1)[1].split('<div class="cell', 1)[0]
+        assert "<details" in setup and "8 simulated CPU devices" in setup.split("<details", 1)[1]
+
+
 def test_every_solution_links_to_its_exercise(site):
     for page in sorted((site / "solutions").glob("*.html")):
         html = page.read_text()
