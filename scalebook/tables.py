@@ -33,6 +33,8 @@ _ALIGNS = {"l": "left", "r": "right", "c": "centre"}
 # A cell that reads as a number (with a unit or a sign after it), or a dash for "none":
 # such columns are right-aligned unless the caller says otherwise.
 _NUMERIC = re.compile(r"^[-+~$x]?\d[\d,.]*(e[-+]?\d+)?%?(\s?\S+)?$|^[-–—]$")
+# A number and its unit: "14.2 ms", "23.5 GB", "1.2e12 bytes/s".
+_WITH_UNIT = re.compile(r"^[-+~$]?\d[\d,.]*(e[-+]?\d+)? \S+$")
 # Characters that mean something in a Markdown table or in MyST's inline syntax
 # ($ opens maths on the site, * and _ emphasis, ` code, < an HTML tag).
 _MARKDOWN_SPECIAL = re.compile(r"([\\|$*_`<\[\]])")
@@ -132,13 +134,20 @@ class Table:
 
     # -- Markdown -------------------------------------------------------------------------
     def to_markdown(self) -> str:
-        """A Markdown pipe table, with the title in bold above it and the caption below."""
+        """A Markdown pipe table, with the title in bold above it and the caption below.
+
+        In a cell that reads as a number with its unit (``14.2 ms``, ``23.5 GB``) the space
+        is a no-break space, so a narrow column never puts the unit under its number."""
         marks = {"l": ":---", "r": "---:", "c": ":---:"}
 
-        def row(cells):
-            return "| " + " | ".join(_escape(c) for c in cells) + " |"
+        def cell(c):
+            return _escape(c.replace(" ", "\u00a0") if _WITH_UNIT.match(c) else c)
 
-        lines = [row(self.headers), "|" + "|".join(marks[a] for a in self.align) + "|"]
+        def row(cells, head=False):
+            return "| " + " | ".join(_escape(c) if head else cell(c) for c in cells) + " |"
+
+        lines = [row(self.headers, head=True),
+                 "|" + "|".join(marks[a] for a in self.align) + "|"]
         lines += [row(r) for r in self.rows]
         parts = []
         if self.title:

@@ -39,12 +39,19 @@ def test_plain_text_is_aligned_columns_with_title_and_caption():
 def test_markdown_is_a_table_with_alignment_marks():
     md = small().to_markdown()
     assert md.startswith("**Peaks**\n\n| chip | bf16 FLOP/s | HBM |\n|:---|---:|---:|\n")
-    assert "| tpu-v5e | 1.97e14 | 16 GB |" in md and md.endswith("\n\nSources: the chip table.")
+    assert "| tpu-v5e | 1.97e14 | 16\u00a0GB |" in md and md.endswith("\n\nSources: the chip table.")
     html = _html(md)
     assert html.count("<tr>") == 3 and html.count('style="text-align:right"') == 2 * 3
     # IPython picks these up: text/markdown and text/plain of the same cells
     assert small()._repr_markdown_() == md
     assert repr(small()) == str(small())
+
+
+def test_a_number_keeps_its_unit_on_its_line_in_the_markdown():
+    t = Table(["chip", "TPOT", "sharding"], [("tpu-v5e", "14.2 ms", "TP 8 x FSDP 2")])
+    md = t.to_markdown()
+    assert "| 14.2\u00a0ms |" in md and "| TP 8 x FSDP 2 |" in md and "tpu-v5e" in md
+    assert "14.2 ms" in str(t)           # plain text keeps an ordinary space
 
 
 def test_automatic_alignment_reads_numbers_with_units_and_dashes():
