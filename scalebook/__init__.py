@@ -35,6 +35,7 @@ Modules (chapter that derives them)::
   diagrams        pictures computed from what they show: an array's blocks on the mesh,
                   collectives before/after, ring steps (3, 10); pipeline schedules (5)
   units           units, dtype sizes and number formatting: GB/GiB, dtype_bytes, sci, fmt_*
+  tables          tables of results: Markdown in notebooks and on the site, aligned text in print
   exercises       self-checking exercises: check, evaluate; core, kinds, one file per chapter
   grade           re-run and grade students' notebooks: python -m scalebook.grade
   gradebook       the grader's late policy and its Canvas and Gradescope exports
@@ -79,6 +80,7 @@ Formula or task -> function::
   days and cost at an assumed MFU                 training.TrainingPlan.days_at / cost_at
   training memory, activations, KV cache bytes    models.TransformerConfig.training_memory / kv_cache_bytes
   bytes per element of a dtype                    units.dtype_bytes
+  a table of results (Markdown and plain text)    tables.Table
   NamedSharding with clear errors, block shape    sharding.named_sharding / shard_shape
   collectives of a lowered program, abstract mesh  sharding.lowered_collectives / record_time
   collective matmul and its overlapped time       sharding.collective_matmul / collective_matmul_times

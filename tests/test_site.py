@@ -61,6 +61,25 @@ def test_hardware_table_is_generated(site):
         assert chip.name in html
 
 
+def test_the_chapters_results_are_html_tables_and_the_set_up_cell_is_folded(site):
+    """A scalebook.tables.Table output becomes an HTML table in the page (myst-nb reads its
+    text/markdown as MyST), with the heading cells the chapter's code gives; the set-up cell
+    sits whole behind one toggle (tools/site_fixes.py), its output inside it."""
+    for page, headings in [("06_training", ["sharding", "days", "at 40%"]),
+                           ("08_serving", ["tok/s/chip", "cheapest end to end"]),
+                           ("01_rooflines", ["I* (FLOPs/byte)"])]:
+        html = (site / "notebooks" / f"{page}.html").read_text()
+        tables = re.findall(r'<div class="cell_output[^"]*">.*?</table>', html, re.S)
+        heads = " ".join(re.findall(r"<th[^>]*>(?:<p>)?(.*?)(?:</p>)?</th>", " ".join(tables)))
+        for h in headings:
+            assert h in heads, f"{page}: no table heading {h!r} in a cell's output"
+        # the set-up cell: from its tag to the next cell ("cell_input"/"cell_output" are its own)
+        setup = re.split(r'<div class="cell[ "]', html.split("tag_setup", 1)[1], maxsplit=1)[0]
+        assert "<details" in setup
+        folded = setup.split("<details", 1)[1].split("</details>", 1)[0]
+        assert "cell_input" in folded and "simulated CPU devices" in folded
+
+
 def test_every_solution_links_to_its_exercise(site):
     for page in sorted((site / "solutions").glob("*.html")):
         html = page.read_text()

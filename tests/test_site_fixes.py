@@ -90,3 +90,20 @@ def test_figures_are_numbered_by_chapter():
                                                          "late": (5, 3)}
     assert out["solutions/11_gpus"] == {"figure": {"s": (11, 1)}, "table": {"t": (11, 1)}}
     assert out["book/intro"] == sphinx["book/intro"]
+
+
+def test_the_set_up_cell_folds_away_whole_on_the_site():
+    """The site reads the set-up cell as hide-cell (code and output behind one toggle); the
+    other cells and a notebook without a set-up cell are left as they are."""
+    import json
+
+    nb = json.loads((ROOT / "notebooks" / "01_rooflines.ipynb").read_text())
+    before = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
+    after = [c.get("metadata", {}).get("tags", []) for c in
+             json.loads(site_fixes.fold_setup_cell(json.dumps(nb)))["cells"]]
+    setup = next(i for i, t in enumerate(before) if "setup" in t)
+    assert "hide-input" in before[setup] and after[setup] == ["setup", "hide-cell"]
+    assert [t for i, t in enumerate(after) if i != setup] == \
+        [t for i, t in enumerate(before) if i != setup]
+    plain = json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["hide-input"]}}]})
+    assert site_fixes.fold_setup_cell(plain) == plain

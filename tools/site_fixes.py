@@ -29,10 +29,17 @@
    leaves out the set-up cell and the badge.
 8. **Phones** (``book.js``): an inline formula wider than its paragraph scrolls inside
    itself instead of widening the page.
+9. **The set-up cell folds away whole.** In the notebooks it is tagged ``hide-input``
+   (``tools/notebooks.py sync``), so Jupyter shows what it printed; on the site each chapter
+   would open with that line ("JAX ... with 8 simulated CPU devices"), which says what the
+   machine that built the site ran, not the reader's. As a notebook is read, the set-up
+   cell's ``hide-input`` becomes ``hide-cell``: one "Show code cell content" toggle holds its
+   code and its output. The stored notebooks are not changed.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -353,6 +360,24 @@ def _number_by_chapter(app, env):
     return changed
 
 
+def fold_setup_cell(text: str) -> str:
+    """A notebook's JSON with its set-up cell (tag ``setup``) tagged ``hide-cell`` instead of
+    ``hide-input``; other notebooks come back unchanged, character for character."""
+    nb = json.loads(text)
+    changed = False
+    for cell in nb.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "setup" in tags and "hide-cell" not in tags:
+            cell["metadata"]["tags"] = [t for t in tags if t != "hide-input"] + ["hide-cell"]
+            changed = True
+    return json.dumps(nb, ensure_ascii=False) if changed else text
+
+
+def _source_read(app, docname, source):
+    if str(app.env.doc2path(docname)).endswith(".ipynb"):
+        source[0] = fold_setup_cell(source[0])
+
+
 def _in_cell_output(node) -> bool:
     p = node.parent
     while p is not None:
@@ -385,6 +410,7 @@ def setup(app):
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _page_context)
     app.connect("env-updated", _env_updated)
+    app.connect("source-read", _source_read)
     app.add_css_file("book.css")
     app.add_js_file("search-fixes.js", priority=200)
     app.add_js_file("book.js")
