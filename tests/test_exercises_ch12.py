@@ -76,10 +76,10 @@ HINTS = {
     "12.3": [(40 * 512, "rotary key"), (2 * R3, "once, not as a key and a value"),
              (128 * R3, "per head")],
     "12.4": [(78, "stand-in"), (264, "90%"), (417, "2 bytes"), (R4 + 1, "round down")],
-    "12.5": [(16.0, "weighted sum of latents"), (R5 / 16, "read once"),
+    "12.5": [(8 * R5, "128 heads"), (16.0, "weighted sum of latents"), (R5 / 16, "read once"),
              (2 * 16 * 1088 / 1024, "rotary key"), (2 * R5, "bf16"), (R5 / 2, "multiply-add")],
     "12.6": [("gate", "raw scores"), ("both", "only to pick"), ("loss", "auxiliary loss")],
-    "12.7": [(7 / 27, "1F1B"), (6 / 26, "units of F"), (5 / 25, "subtract 3W"),
+    "12.7": [(2 / 20, "idle + N_mb"), (7 / 27, "1F1B"), (6 / 26, "units of F"), (5 / 25, "subtract 3W"),
              ((14 / 3) / (20 + 14 / 3), "both ends")],
     "12.8": [(2.0, "Amdahl"), (F8, "fp8 share"), (1 + F8, "fp8 share"),
              (1 - F8 / 2, "inverse"), (1 / (1 - F8_4K / 2), "at 4K")],
@@ -110,6 +110,7 @@ def idle_right(P, F, B, W):
     (lambda P, F, B, W: (P - 1) * (F + 2 * B - 3 * W), "both ends"),
     (lambda P, F, B, W: (P / 2 - 1) * (F + 2 * B), "subtract 3W"),
     (lambda P, F, B, W: (P / 2 - 1) * (max(F, B) + B - 3 * W), "F + B"),
+    (lambda P, F, B, W: (P / 2 - 1) * (F + 2 * B - 3 * W) / (F + B), "pass pairs"),
 ])
 def test_12_13_tells_the_slips_apart_on_its_first_case(fn, words):
     r = evaluate("12.13", fn)

@@ -161,6 +161,9 @@ register(NumericExercise(
     id="12.5", title="Arithmetic intensity of absorbed MLA decode", unit="FLOPs/byte",
     rtol=0.02, reference=lambda: _V2_LITE.decode_intensity(True, 1, 2),
     hints=[
+        (lambda a: _close(a, _ex5(H=128)),
+         "that is with DeepSeek-V3's 128 heads; DeepSeek-V2-Lite, the model asked about, "
+         "has 16."),
         (lambda a: _close(a, 2 * 16 * 576 / (576 * 2)),
          "count the weighted sum of latents too: 2 H d_c FLOPs per key besides the "
          "scores' 2 H (d_c + d_r)."),
@@ -195,7 +198,11 @@ def _ex7(P=8, M=20):
 
 
 def _ex7_hints(P, M):
+    fill = par.dualpipe_bubble(P) / 3
     return [
+        (lambda a: _close(a, fill / M),
+         "that is the idle time over the work alone: the fraction of the step is idle / "
+         "(idle + N_mb pass pairs)."),
         (lambda a: _close(a, (P - 1) / (M + P - 1)),
          "that is 1F1B's bubble, (P - 1) / (N_mb + P - 1); DualPipe's fill and drain is "
          "(P/2 - 1)(F&B + B - 3W)."),
@@ -385,6 +392,8 @@ def _idle_with(**slip):
         fb = max(F, B) if slip.get("fb_max") else F + B
         w = 0 if slip.get("no_w") else 3 * W
         t = ((P - 1) * (F + B)) if slip.get("one_f") else pairs * (fb + B - w)
+        if slip.get("in_pairs"):
+            t = want / (F + B)
         v = as_number(got)
         return v is not None and v != want and math.isclose(v, t, rel_tol=1e-6)
     return predicate
@@ -396,6 +405,8 @@ register(CodeExercise(
     describe=lambda P, F, B, W: f"P={P}, F={F:g}, B={B:g}, W={W:g}",
     hints=[
         (lambda got, want, args: as_number(got) is None, "return the idle time, a number."),
+        (_idle_with(in_pairs=True), "that is in forward-backward pass pairs (divided by "
+                                    "F + B); return it in the units of F, B and W."),
         (_idle_with(one_f=True), "that is 1F1B's (P - 1)(F + B); DualPipe's is "
                                  "(P/2 - 1)(F&B + B - 3W)."),
         (_idle_with(pairs=True), "DualPipe runs microbatches from both ends: P/2 - 1, not "
