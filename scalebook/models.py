@@ -733,7 +733,7 @@ class MLAConfig:
                                   absorbed: bool = False) -> float:
         """Forward FLOPs per token of the score and value matmuls over all layers:
         L x ``flops_per_key(absorbed)`` x keys, with (S + 1) / 2 keys per token on average
-        when ``causal`` (as :meth:`TransformerConfig.attention_flops_per_token`). Training
+        when ``causal`` (as :meth:`scalebook.models.TransformerConfig.attention_flops_per_token`). Training
         and prefill run the unabsorbed form (keys and values expanded once per token)."""
         S = _check_seq_len(seq_len)
         keys = (S + 1) / 2 if causal else S
