@@ -195,6 +195,11 @@ def test_fp8_dispatch_and_bf16_combine_in_decode():
     copies = 64 * 8 * 7168
     assert f8.t_a2a == pytest.approx(58 * copies * (1 + 2) * per_byte)
     assert bf.t_a2a == pytest.approx(58 * copies * (2 + 2) * per_byte)
+    # MLA's absorbed attention: 2 H (2 d_c + d_r) FLOPs per key, layer and query token
+    mla = inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, dispatch_dtype="fp8",
+                              attention_flops_per_key=MLA.flops_per_key(), **kw)
+    assert mla.attn_flops == 61 * 2 * 128 * (2 * 512 + 64) * 4096 * 144 * 64
+    assert f8.attn_flops < mla.attn_flops         # the GQA stand-in's 4 H h is less
     with pytest.raises(ValueError, match="dispatch_dtype"):
         inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, dispatch_dtype="fp7", **kw)
 
