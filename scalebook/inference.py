@@ -1252,7 +1252,8 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
               compute_dtype, act_dtype, queries, kv_per_token, hbm_fraction, check_memory,
               overlap_a2a=False, layers: int | None = None, all_reduces=None,
               hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
-              redundant_experts: int = 0) -> MoEStep:
+              redundant_experts: int = 0, dispatch_dtype: str | None = None,
+              attention_flops_per_key: float | None = None) -> MoEStep:
     chip = get_chip(chip)
     if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) \
             or redundant_experts < 0:
@@ -1274,6 +1275,7 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     q = check_positive_int("queries (tokens per sequence in the step)", queries)
     sw = bytes_per_element(weight_dtype, "weight_dtype")
     sa = bytes_per_element(act_dtype, "act_dtype")
+    sd = sa if dispatch_dtype is None else bytes_per_element(dispatch_dtype, "dispatch_dtype")
     peak = _peak(chip, compute_dtype)
     if not isinstance(overlap_a2a, bool):
         raise ValueError(f"overlap_a2a must be True or False; got {overlap_a2a!r}")
@@ -1303,12 +1305,17 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     E_B = (expected_experts(p.n_experts, p.top_k, tokens_group) if p.moe_layers else 0.0)
     group_bytes = (p.fixed * dp_attn + p.moe_layers * E_B * p.expert) * sw
     flops = 2 * p.active * B * q
-    attn_flops = 4 * L * c.n_heads * c.head_dim * T * B * q
+    if attention_flops_per_key is None:
+        attn_flops = 4 * L * c.n_heads * c.head_dim * T * B * q
+    else:
+        attn_flops = (L * check_positive("attention_flops_per_key", attention_flops_per_key)
+                      * T * B * q)
     kv_bytes = B * T * kv_tok
     t_a2a = 0.0
     if p.moe_layers and n_ep > 1:
-        per_chip = tokens_group / n_ep * p.top_k * c.d_model * sa
-        t_a2a = 2 * p.moe_layers * _a2a_time(chip, per_chip, n_ep, t_hop)
+        per_chip = tokens_group / n_ep * p.top_k * c.d_model     # elements per chip
+        t_a2a = p.moe_layers * (_a2a_time(chip, per_chip * sd, n_ep, t_hop)     # dispatch
+                                + _a2a_time(chip, per_chip * sa, n_ep, t_hop))  # combine
     if n_ep > 1 and _coll.is_switched(chip) and chip.ici_domain_chips \
             and n_ep > chip.ici_domain_chips and chip.dcn_bandwidth is None:
         raise ValueError(f"a group of {n_ep} {chip.name} GPUs spans several nodes and the "
@@ -1349,7 +1356,9 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                     check_memory: bool = True, overlap_a2a: bool = False,
                     all_reduces: bool | None = None,
                     hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
-                    attn_tp: int | None = None, redundant_experts: int = 0) -> MoEStep:
+                    attn_tp: int | None = None, redundant_experts: int = 0,
+                    dispatch_dtype: str | None = None,
+                    attention_flops_per_key: float | None = None) -> MoEStep:
     """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
     e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
     at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
@@ -1373,7 +1382,9 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     * attention: reads the cache, B T x KV bytes per token, and does 4 L H h T B q FLOPs
       (in bf16, whatever the weights); T_attn = max(FLOPs / (n C_bf16), bytes / (n W_hbm));
     * all-to-all: per MoE layer a dispatch and a combine, each chip sending its B_g / n_ep
-      tokens' k copies of [D] at ``act_dtype``: T_a2a = 2 L_moe x one all-to-all
+      tokens' k copies of [D], the dispatch at ``dispatch_dtype`` (default ``act_dtype``;
+      DeepSeek dispatches in fp8) and the combine at ``act_dtype``: T_a2a = L_moe x (one
+      dispatch + one combine all-to-all)
       (``_a2a_time``: within a node ``collective_time``, across GPU nodes NVLink then
       the NIC);
     * all-reduce: each layer sums the [B_g, D] outputs of its attention and of its dense
@@ -1386,7 +1397,9 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
     kernels), or with ``overlap_a2a`` max(T_attn + max(T_math, T_weights), T_a2a + T_ar)
     (two micro-batches taking turns, as DeepSeek's decoding does).
     ``kv_bytes_per_token`` overrides the cache per token (e.g. DeepSeek's latent cache,
-    576 L s bytes, where the GQA stand-in of ``DEEPSEEK_V3`` stores more). With
+    576 L s bytes, where the GQA stand-in of ``DEEPSEEK_V3`` stores more), and
+    ``attention_flops_per_key`` the attention's FLOPs per key, layer and query token
+    (default 4 H h; MLA absorbed: ``MLAConfig.flops_per_key()``, 2 H (2 d_c + d_r)). With
     ``check_memory`` the weights (E / n_ep experts and 1 / n_ep of the rest per chip) and
     1 / n of the cache must fit in ``hbm_fraction`` of each chip's HBM. ``all_reduces``:
     count T_ar (None: for a mixture of experts, whose group splits the other weights; not
@@ -1405,7 +1418,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                      compute_dtype, act_dtype, queries, kv_bytes_per_token, hbm_fraction,
                      check_memory, overlap_a2a, all_reduces=all_reduces,
                      hop_latency=hop_latency, attn_tp=attn_tp,
-                     redundant_experts=redundant_experts)
+                     redundant_experts=redundant_experts, dispatch_dtype=dispatch_dtype,
+                     attention_flops_per_key=attention_flops_per_key)
 
 
 def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
@@ -1507,7 +1521,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 rho: float | None = None, check_memory: bool = True,
                 overlap_a2a: bool = False, all_reduces: bool | None = None,
                 hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
-                redundant_experts: int = 0) -> MTPGain:
+                redundant_experts: int = 0, dispatch_dtype: str | None = None,
+                attention_flops_per_key: float | None = None) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1521,16 +1536,17 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     critical batch its matmuls cost gamma + 1 times as much (and an MoE reads more experts
     at small batch), so the speed-up falls below 1 at large batch.
     ``rho`` given: use it instead of the module's computed cost. With ``check_memory``
-    the plain batch must fit (:func:`moe_decode_step`). ``attn_tp`` and
-    ``redundant_experts``: the layout of :func:`moe_decode_step` (the module's one MoE
-    layer laid out the same way)."""
+    the plain batch must fit (:func:`moe_decode_step`). ``attn_tp``,
+    ``redundant_experts``, ``dispatch_dtype`` and ``attention_flops_per_key``: as in
+    :func:`moe_decode_step` (the module's one MoE layer laid out the same way)."""
     a = _alpha(alpha)
     g = check_positive_int("gamma (tokens speculated per step)", gamma)
     p = _parts(model)
     kw = dict(chip=chip, batch=batch, context=context, n_chips=n_chips, n_ep=n_ep,
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
               act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
-              all_reduces=all_reduces, hop_latency=hop_latency, attn_tp=attn_tp)
+              all_reduces=all_reduces, hop_latency=hop_latency, attn_tp=attn_tp,
+              dispatch_dtype=dispatch_dtype, attention_flops_per_key=attention_flops_per_key)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
                       check_memory=check_memory, redundant_experts=redundant_experts, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,

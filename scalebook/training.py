@@ -277,6 +277,7 @@ class TrainingPlan:
     routing: Routing = field(default_factory=Routing)
     fp8: bool = False                # the linear layers' matmuls at the fp8 peak
     dualpipe: bool = False           # DualPipe's fill and drain instead of 1F1B's
+    comm_sm_fraction: float = 0.0    # share of the compute units given to communication
 
     @property
     def n_chips(self) -> int:
@@ -417,7 +418,9 @@ class TrainingPlan:
                                  f"elements", self.routing.dispatch_bytes != 2
                                  and self.degrees.ep > 1),
                                 ("linear layers in fp8", self.fp8),
-                                ("DualPipe", self.dualpipe)) if on]
+                                ("DualPipe", self.dualpipe),
+                                (f"{self.comm_sm_fraction:.0%} of the compute units on "
+                                 f"communication", self.comm_sm_fraction)) if on]
 
     def __str__(self) -> str:
         d, m = self.degrees, self.memory
@@ -774,7 +777,7 @@ def _remat_flops_per_token(c: TransformerConfig, S: int, remat: str) -> float:
 def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, S: int,
             M: int, remat: str, tp_overlap: bool, keep_weights: bool, zero: int,
             interleave: int, ep_overlap: bool = False, routing: Routing = Routing(),
-            fp8: bool = False):
+            fp8: bool = False, comm_sm_fraction: float = 0.0):
     """(forward PassTime, backward PassTime, step_start, step_end, collectives per step)."""
     s = 2
     E_p = _experts(c)
@@ -798,11 +801,17 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
     peak = chip.bf16_flops
     comp_f, comp_b = fwd / peak, (2 * fwd + extra) / peak
     if fp8:     # the linear layers' three matmuls (forward, input and weight gradient) at
-        # the fp8 peak; attention, router, head (and recomputed attention) stay bf16
+        # the fp8 peak; attention, router, head (and recomputed attention) stay bf16. Under
+        # full remat the recomputed forward's linear layers run in fp8 as well.
         lin = _linear_flops_per_token(c) / c.n_layers * L_p * tokens
+        again_lin = lin if remat == "full" else 0.0
         peak8 = chip.peak_flops("fp8")
         comp_f = lin / peak8 + (fwd - lin) / peak
-        comp_b = 2 * lin / peak8 + (2 * fwd - 2 * lin + extra) / peak
+        comp_b = ((2 * lin + again_lin) / peak8
+                  + (2 * fwd - 2 * lin + extra - again_lin) / peak)
+    # compute units given to communication kernels (DeepSeek-V3: 20 of an H800's 132 SMs)
+    # leave 1 - comm_sm_fraction of the peak to the matmuls
+    comp_f, comp_b = comp_f / (1 - comm_sm_fraction), comp_b / (1 - comm_sm_fraction)
 
     f_nets, b_nets, start, end = {}, {}, {}, {}
     f_exp, b_exp = {}, {}
@@ -1004,7 +1013,8 @@ def _check_options(remat, zero, interleave, hbm_fraction):
 
 def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleave, f,
            train_tokens, fixed, considered, mem=None, ep_overlap=False,
-           routing=Routing(), fp8=False, dualpipe=False) -> TrainingPlan:
+           routing=Routing(), fp8=False, dualpipe=False,
+           comm_sm_fraction=0.0) -> TrainingPlan:
     """A plan from checked inputs."""
     nets = _layout(ch, deg)
     if mem is None:
@@ -1016,7 +1026,7 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         ep_overlap = True
     fwd, bwd, start, end, colls = _passes(c, ch, deg, nets, B, S, M, remat, tp_overlap,
                                           keep_weights, zero, interleave, ep_overlap,
-                                          routing, fp8)
+                                          routing, fp8, comm_sm_fraction)
     L_p = math.ceil(c.n_layers / deg.pp)
     imbalance = deg.pp * L_p / c.n_layers
     notes = []
@@ -1043,7 +1053,8 @@ def _build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero, interleav
         step_start=start, step_end=end, tp_overlap=bool(tp_overlap),
         keep_weights=bool(keep_weights and deg.fsdp > 1), zero=zero if deg.dp > 1 else 0,
         interleave=interleave, ep_overlap=bool(ep_overlap and deg.ep > 1), routing=routing,
-        fp8=bool(fp8), dualpipe=bool(dualpipe and deg.pp > 1))
+        fp8=bool(fp8), dualpipe=bool(dualpipe and deg.pp > 1),
+        comm_sm_fraction=comm_sm_fraction)
 
 
 def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, cp: int = 1,
@@ -1052,7 +1063,7 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
                   zero: int = 0, interleave: int = 1, ep_overlap: bool = False,
                   routing: Routing | None = None, train_tokens: float = 15e12,
                   hbm_fraction: float = DEFAULT_HBM_FRACTION, fp8: bool = False,
-                  dualpipe: bool = False, _fixed=None,
+                  dualpipe: bool = False, comm_sm_fraction: float = 0.0, _fixed=None,
                   _considered: int = 0) -> TrainingPlan:
     """The plan for one given configuration (it may not fit: see ``plan.fits``).
 
@@ -1071,7 +1082,9 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     peak). ``dualpipe``: DeepSeek-V3's DualPipe schedule: its fill and drain
     (:func:`scalebook.parallelism.dualpipe_bubble`, P even, N_mb even), the expert
     all-to-alls overlapped (``ep_overlap``) and a second copy of the stage's bf16 weights
-    in memory.
+    in memory. ``comm_sm_fraction``: the share of the chip's compute units given to
+    communication kernels while they overlap the compute (DeepSeek-V3: 20 of an H800's 132
+    SMs); every pass's compute then takes 1 / (1 - comm_sm_fraction) as long.
     Refuses degrees that do not divide the model (heads, F, layers), the sequence (cp) or
     the batch (whole sequences per data shard and per microbatch)."""
     c, ch = _check_model_chip(model, chip)
@@ -1103,6 +1116,10 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     for name, flag in (("fp8", fp8), ("dualpipe", dualpipe)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name} must be True or False; got {flag!r}")
+    if isinstance(comm_sm_fraction, bool) or not isinstance(comm_sm_fraction, numbers.Real) \
+            or not 0 <= comm_sm_fraction < 1:
+        raise ValueError(f"comm_sm_fraction is the share of the chip's compute units given "
+                         f"to communication, in [0, 1); got {comm_sm_fraction!r}")
     if fp8 and not ch.fp8_flops:
         raise ValueError(f"fp8=True: {ch.name} has no fp8 peak in scalebook.hardware; chips "
                          f"with one: {', '.join(x.name for x in _all_chips() if x.fp8_flops)}")
@@ -1117,7 +1134,7 @@ def evaluate_plan(model, chip, *, tp: int, fsdp: int, pp: int = 1, dp: int = 1, 
     return _warned(_build(c, ch, deg, B, S, M, remat, tp_overlap, keep_weights, zero,
                           interleave, f, tokens, _fixed, _considered,
                           ep_overlap=ep_overlap, routing=_routing(routing), fp8=fp8,
-                          dualpipe=dualpipe))
+                          dualpipe=dualpipe, comm_sm_fraction=float(comm_sm_fraction)))
 
 
 def _routing(routing) -> Routing:

@@ -95,6 +95,24 @@ def test_fp8_runs_the_linear_layers_at_the_fp8_peak():
                                                 + 2 * (fwd - lin) / 9.89e14)
     with pytest.raises(ValueError, match="fp8 peak"):
         training.evaluate_plan(m, "tpu-v5e", fp8=True, **{**kw, "fsdp": 8})
+    # full remat re-runs the whole forward but the head: its linear layers in fp8 too
+    full = training.evaluate_plan(m, h100, fp8=True, remat="full", **kw)
+    head = 2 * m.param_breakdown().output_head * tokens
+    assert full.backward.compute == pytest.approx(3 * lin / 1.979e15
+                                                  + (3 * (fwd - lin) - head) / 9.89e14)
+
+
+def test_sms_given_to_communication_slow_the_compute():
+    kw = dict(DS_KW, remat="full", dualpipe=True, fp8=True)
+    free = training.evaluate_plan(DEEPSEEK_V3, H800, **kw)
+    busy = training.evaluate_plan(DEEPSEEK_V3, H800, comm_sm_fraction=20 / 132, **kw)
+    for a, b in ((free.forward, busy.forward), (free.backward, busy.backward)):
+        assert b.compute == pytest.approx(a.compute * 132 / 112)
+        assert b.networks == a.networks
+    assert "15% of the compute units on communication" in busy.options()
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="comm_sm_fraction"):
+            training.evaluate_plan(DEEPSEEK_V3, H800, comm_sm_fraction=bad, **kw)
 
 
 # -- routing and balancing -------------------------------------------------------------------
@@ -164,6 +182,26 @@ def test_attn_tp_and_redundant_experts():
         inf.moe_decode_step(DEEPSEEK_V3, H800, 320, 4096, n_chips=320, n_ep=320, **FP8)
     with pytest.raises(ValueError, match="attn_tp"):
         inf.moe_decode_step(DEEPSEEK_V3, H800, 512, 4096, n_chips=32, attn_tp=3, **FP8)
+
+
+def test_fp8_dispatch_and_bf16_combine_in_decode():
+    kw = dict(n_chips=144, n_ep=144, attn_tp=1, redundant_experts=32, overlap_a2a=True,
+              hop_latency=0.0, **FP8)
+    bf = inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, **kw)
+    f8 = inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, dispatch_dtype="fp8", **kw)
+    # 64 tokens a GPU, k = 8 copies of [D]: 7/144 of them over NVLink, 136/144 on the card,
+    # per MoE layer a dispatch at 1 byte and a combine at 2 bytes an element
+    per_byte = 7 / 144 / H800.ici_bandwidth + 136 / 144 / H800.dcn_bandwidth
+    copies = 64 * 8 * 7168
+    assert f8.t_a2a == pytest.approx(58 * copies * (1 + 2) * per_byte)
+    assert bf.t_a2a == pytest.approx(58 * copies * (2 + 2) * per_byte)
+    # MLA's absorbed attention: 2 H (2 d_c + d_r) FLOPs per key, layer and query token
+    mla = inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, dispatch_dtype="fp8",
+                              attention_flops_per_key=MLA.flops_per_key(), **kw)
+    assert mla.attn_flops == 61 * 2 * 128 * (2 * 512 + 64) * 4096 * 144 * 64
+    assert f8.attn_flops < mla.attn_flops         # the GQA stand-in's 4 H h is less
+    with pytest.raises(ValueError, match="dispatch_dtype"):
+        inf.moe_decode_step(DEEPSEEK_V3, H800, 144 * 64, 4096, dispatch_dtype="fp7", **kw)
 
 
 def test_moe_prefill_by_hand():

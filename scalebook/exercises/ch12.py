@@ -331,7 +331,7 @@ register(VariedNumericExercise(
 
 
 # 12.11 decode bytes across nodes --------------------------------------------------------
-def _ex11(tokens=64, n_ep=320, local=8, s=1):
+def _ex11(tokens=48, n_ep=320, local=8, s=1):
     return tokens * _DS.top_k * _D * s * (n_ep - local) / n_ep
 
 
@@ -340,7 +340,7 @@ register(NumericExercise(
     reference=_ex11,
     hints=[
         (lambda a: _close(a, _ex11(s=2)), "the dispatch is in fp8: 1 byte per element."),
-        (lambda a: _close(a, 64 * _DS.top_k * _D, 0.002),
+        (lambda a: _close(a, 48 * _DS.top_k * _D, 0.002),
          "the copies for the 8 GPUs of its own node (itself included) go over NVLink: "
          "(n_ep - 8) / n_ep of them leave on the card."),
         (lambda a: _close(a, _ex11(local=1), 0.002),
