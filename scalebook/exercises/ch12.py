@@ -205,12 +205,12 @@ def _ex7_hints(P, M):
          "(idle + N_mb pass pairs)."),
         (lambda a: _close(a, (P - 1) / (M + P - 1)),
          "that is 1F1B's bubble, (P - 1) / (N_mb + P - 1); DualPipe's fill and drain is "
-         "(P/2 - 1)(F&B + B - 3W)."),
+         "(P/2 - 1)(T_f&b + T_bwd - 3 T_wgt)."),
         (lambda a: _close(a, 2 * (P / 2 - 1) / (M + 2 * (P / 2 - 1))),
-         "the idle time (P/2 - 1)(F + 2B - 3W) is in units of F; divide by F + B = 3 to "
-         "count it in forward-backward pass pairs."),
+         "the idle time (P/2 - 1)(T_f&b + T_bwd - 3 T_wgt) is in units of T_fwd; divide "
+         "by T_fwd + T_bwd = 3 to count it in forward-backward pass pairs."),
         (lambda a: _close(a, 5 * (P / 2 - 1) / 3 / (M + 5 * (P / 2 - 1) / 3)),
-         "subtract 3W: the weight-gradient halves of the backward fill the bubble."),
+         "subtract 3 T_wgt: the weight-gradient halves of the backward fill the bubble."),
         (lambda a: _close(a, 2 * (P - 1) / 3 / (M + 2 * (P - 1) / 3)),
          "DualPipe feeds microbatches from both ends: P/2 - 1, not P - 1, stage pairs."),
     ]
@@ -222,10 +222,12 @@ register(VariedNumericExercise(
     choose={"P": (4, 8, 16, 32), "M": (8, 16, 20, 32, 64)},
     solve=_ex7, hints_for=_ex7_hints,
     statement="A pipeline of $P$ = {P} stages runs {M} microbatches with DualPipe. With "
-              "a chunk's forward $F$ = 1, backward $B$ = 2, its weight-gradient part "
-              "$W$ = 1 and $F\\&B = F + B$, what fraction of the step does each stage "
-              "idle in the fill and drain (idle time over idle time plus the "
-              "$N_{{\\mathrm{{mb}}}}$ pass pairs of work, all in units of a "
+              "a chunk's forward taking $T_{{\\mathrm{{fwd}}}}$ = 1, its backward "
+              "$T_{{\\mathrm{{bwd}}}}$ = 2, the backward's weight-gradient part "
+              "$T_{{\\mathrm{{wgt}}}}$ = 1 and $T_{{\\mathrm{{f\\&b}}}} = "
+              "T_{{\\mathrm{{fwd}}}} + T_{{\\mathrm{{bwd}}}}$, what fraction of the step "
+              "does each stage idle in the fill and drain (idle time over idle time plus "
+              "the $N_{{\\mathrm{{mb}}}}$ pass pairs of work, all in units of a "
               "forward-backward pass pair)?",
 ))
 
@@ -407,8 +409,8 @@ register(CodeExercise(
         (lambda got, want, args: as_number(got) is None, "return the idle time, a number."),
         (_idle_with(in_pairs=True), "that is in forward-backward pass pairs (divided by "
                                     "F + B); return it in the units of F, B and W."),
-        (_idle_with(one_f=True), "that is 1F1B's (P - 1)(F + B); DualPipe's is "
-                                 "(P/2 - 1)(F&B + B - 3W)."),
+        (_idle_with(one_f=True), "that is 1F1B's (P - 1)(T_fwd + T_bwd); DualPipe's is "
+                                 "(P/2 - 1)(T_f&b + T_bwd - 3 T_wgt)."),
         (_idle_with(pairs=True), "DualPipe runs microbatches from both ends: P/2 - 1, not "
                                  "P - 1."),
         (_idle_with(no_w=True), "subtract 3W: the weight-gradient work fills part of the "
