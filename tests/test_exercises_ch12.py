@@ -102,34 +102,52 @@ globals().update(slip_battery_tests(12))
 
 # ---- the code exercise -------------------------------------------------------------------
 
-def idle_right(P, F, B, W):
-    return (P // 2 - 1) * (F + B + B - 3 * W)
+def saving_right(P, n_mb, F, B, W):
+    work = n_mb * (F + B)
+    one, dual = (P - 1) * (F + B), (P // 2 - 1) * (F + 2 * B - 3 * W)
+    return one / (one + work) - dual / (dual + work)
+
+
+def _share_gap(one, dual, n_mb, F, B, over_work=False):
+    work = n_mb * (F + B)
+    if over_work:
+        return one / work - dual / work
+    return one / (one + work) - dual / (dual + work)
 
 
 @pytest.mark.parametrize("fn, words", [
-    (lambda P, F, B, W: (P - 1) * (F + B), "1F1B"),
-    (lambda P, F, B, W: (P - 1) * (F + 2 * B - 3 * W), "both ends"),
-    (lambda P, F, B, W: (P / 2 - 1) * (F + 2 * B), "subtract 3W"),
-    (lambda P, F, B, W: (P / 2 - 1) * (max(F, B) + B - 3 * W), "F + B"),
-    (lambda P, F, B, W: (P / 2 - 1) * (F + 2 * B - 3 * W) / (F + B), "pass pairs"),
+    (lambda P, n, F, B, W: (P - 1) * (F + B) - (P / 2 - 1) * (F + 2 * B - 3 * W),
+     "difference of the idle times"),
+    (lambda P, n, F, B, W: _share_gap((P - 1) * (F + B), (P / 2 - 1) * (F + 2 * B - 3 * W),
+                                      n, F, B, over_work=True), "not by the work alone"),
+    (lambda P, n, F, B, W: -_share_gap(0, (P / 2 - 1) * (F + 2 * B - 3 * W), n, F, B),
+     "DualPipe's share alone"),
+    (lambda P, n, F, B, W: _share_gap((P - 1) * (F + B), (P - 1) * (F + 2 * B - 3 * W),
+                                      n, F, B), "both ends"),
+    (lambda P, n, F, B, W: _share_gap((P - 1) * (F + B), (P / 2 - 1) * (F + 2 * B), n, F, B),
+     "subtract 3W"),
+    (lambda P, n, F, B, W: _share_gap((P - 1) * (F + B),
+                                      (P / 2 - 1) * (max(F, B) + B - 3 * W), n, F, B),
+     "F + B"),
 ])
 def test_12_13_tells_the_slips_apart_on_its_first_case(fn, words):
     r = evaluate("12.13", fn)
-    assert r.status == "wrong" and words in r.message, r
+    assert r.status == "wrong" and words in r.message and "n_mb=20," in r.message, r
 
 
 def test_12_13_accepts_the_formula_on_every_shape():
-    assert evaluate("12.13", idle_right).correct
+    assert evaluate("12.13", saving_right).correct
     e = get_exercise("12.13")
     assert len(e.cases) >= 2 and len({c[0] for c in e.cases}) >= 2
 
 
 def test_12_13_a_special_case_cannot_pass():
-    # right for F = 1, B = 2, W = 1 only (the first case): 2 (P/2 - 1)
-    r = evaluate("12.13", lambda P, F, B, W: 2 * (P / 2 - 1))
+    # right for the first case only
+    first = saving_right(16, 20, 1.0, 2.0, 1.0)
+    r = evaluate("12.13", lambda P, n, F, B, W: first)
     assert r.status == "wrong"
 
 
 def test_12_13_survives_a_crashing_answer():
-    r = evaluate("12.13", lambda P, F, B, W: 1 / 0)
+    r = evaluate("12.13", lambda P, n, F, B, W: 1 / 0)
     assert r.status == "wrong"

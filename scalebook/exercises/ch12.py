@@ -372,51 +372,72 @@ register(NumericExercise(
 ))
 
 
-# 12.13 DualPipe's idle time, in code ----------------------------------------------------
-def _idle_ref(P, F, B, W):
-    return (P / 2 - 1) * (F + B + B - 3 * W)
+# 12.13 DualPipe against 1F1B, in code -------------------------------------------------
+def _shares(P, M, F, B, W, pairs=None, no_w=False, fb=None, over_work=False):
+    """The shares of the step that 1F1B and DualPipe idle in their fill and drain."""
+    one = (P - 1) * (F + B)
+    dual = ((P / 2 - 1) if pairs is None else pairs) * \
+        ((F + B if fb is None else fb) + B - (0 if no_w else 3 * W))
+    work = M * (F + B)
+    if over_work:
+        return one / work, dual / work
+    return one / (one + work), dual / (dual + work)
 
 
-_CASES_13 = [(16, 1.0, 2.0, 1.0), (8, 1.0, 2.2, 0.8), (4, 2.0, 3.0, 1.0),
-             (32, 1.5, 2.5, 1.25)]
+def _saving_ref(P, M, F, B, W):
+    one, dual = _shares(P, M, F, B, W)
+    return one - dual
+
+
+_CASES_13 = [(16, 20, 1.0, 2.0, 1.0), (8, 32, 1.0, 2.2, 0.8), (4, 8, 2.0, 3.0, 1.0),
+             (32, 64, 1.5, 2.5, 1.25)]
 
 
 def _draw_13(rng):
     F = rng.choice((1.0, 1.5, 2.0))
     B = F * rng.choice((1.8, 2.0, 2.2))
-    return (rng.choice((4, 6, 8, 12, 16, 32)), F, B, B * rng.choice((0.4, 0.5)))
+    return (rng.choice((4, 6, 8, 12, 16, 32)), rng.choice((8, 16, 20, 32, 64, 128)), F, B,
+            B * rng.choice((0.4, 0.5)))
 
 
-def _idle_with(**slip):
+def _saving_with(slip):
     def predicate(got, want, args):
-        P, F, B, W = args
-        pairs = (P - 1) if slip.get("pairs") else (P / 2 - 1)
-        fb = max(F, B) if slip.get("fb_max") else F + B
-        w = 0 if slip.get("no_w") else 3 * W
-        t = ((P - 1) * (F + B)) if slip.get("one_f") else pairs * (fb + B - w)
-        if slip.get("in_pairs"):
-            t = want / (F + B)
+        P, M, F, B, W = args
+        one, dual = _shares(P, M, F, B, W)
+        t = {"pairs": lambda: one - _shares(P, M, F, B, W, pairs=P - 1)[1],
+             "no_w": lambda: one - _shares(P, M, F, B, W, no_w=True)[1],
+             "fb_max": lambda: one - _shares(P, M, F, B, W, fb=max(F, B))[1],
+             "over_work": lambda: (lambda a, b: a - b)(*_shares(P, M, F, B, W,
+                                                                 over_work=True)),
+             "dual_only": lambda: dual, "one_only": lambda: one,
+             "idle_diff": lambda: (P - 1) * (F + B) - (P / 2 - 1) * (F + 2 * B - 3 * W),
+             }[slip]()
         v = as_number(got)
         return v is not None and v != want and math.isclose(v, t, rel_tol=1e-6)
     return predicate
 
 
 register(CodeExercise(
-    id="12.13", title="DualPipe's idle time, in code", reference=_idle_ref,
-    cases=_CASES_13, generate=_draw_13, unit="units of F", rtol=1e-6,
-    describe=lambda P, F, B, W: f"P={P}, F={F:g}, B={B:g}, W={W:g}",
+    id="12.13", title="DualPipe against 1F1B, in code", reference=_saving_ref,
+    cases=_CASES_13, generate=_draw_13, unit="share of the step", rtol=1e-6,
+    describe=lambda P, n_mb, F, B, W: f"P={P}, n_mb={n_mb}, F={F:g}, B={B:g}, W={W:g}",
     hints=[
-        (lambda got, want, args: as_number(got) is None, "return the idle time, a number."),
-        (_idle_with(in_pairs=True), "that is in forward-backward pass pairs (divided by "
-                                    "F + B); return it in the units of F, B and W."),
-        (_idle_with(one_f=True), "that is 1F1B's (P - 1)(T_fwd + T_bwd); DualPipe's is "
-                                 "(P/2 - 1)(T_f&b + T_bwd - 3 T_wgt)."),
-        (_idle_with(pairs=True), "DualPipe runs microbatches from both ends: P/2 - 1, not "
-                                 "P - 1."),
-        (_idle_with(no_w=True), "subtract 3W: the weight-gradient work fills part of the "
-                                "bubble."),
-        (_idle_with(fb_max=True), "F&B, a forward and a backward chunk overlapped, still "
-                                  "computes both: F + B (only communication hides)."),
+        (lambda got, want, args: as_number(got) is None,
+         "return the difference of the two shares, a number."),
+        (_saving_with("idle_diff"), "that is the difference of the idle times; each "
+                                    "schedule's share is its idle time over idle + "
+                                    "n_mb (F + B)."),
+        (_saving_with("over_work"), "divide each idle time by idle + work, not by the "
+                                    "work alone."),
+        (_saving_with("dual_only"), "that is DualPipe's share alone: subtract it from "
+                                    "1F1B's."),
+        (_saving_with("one_only"), "that is 1F1B's share alone: subtract DualPipe's."),
+        (_saving_with("pairs"), "DualPipe runs microbatches from both ends: its fill and "
+                                "drain has P/2 - 1 stage pairs, not P - 1."),
+        (_saving_with("no_w"), "subtract 3W in DualPipe's idle time: the weight-gradient "
+                               "work fills part of its bubble."),
+        (_saving_with("fb_max"), "F&B, a forward and a backward chunk overlapped, still "
+                                 "computes both: F + B (only communication hides)."),
     ],
 ))
 
