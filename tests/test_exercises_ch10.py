@@ -157,9 +157,9 @@ def cm_k_hops(a, w):
     return acc
 
 
-def cm_fori_loop(a, w):
-    """The collective matmul as a fori_loop of 3 send-and-multiply steps and a last
-    multiply: the compiled program runs one permute and one matmul 3 times each."""
+def _cm_loop(a, w, sends):
+    """The collective matmul's loop: SENDS steps of multiply-then-send on the 4 devices of
+    "y"; returns (the chunk held last, the partial sum)."""
     n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
     to_left = [(j, (j - 1) % n) for j in range(n)]
 
@@ -170,24 +170,21 @@ def cm_fori_loop(a, w):
 
     zero = jax.lax.pcast(jnp.zeros((a.shape[0], w.shape[1]), a.dtype), ("x", "y"),
                          to="varying")
-    a, acc = jax.lax.fori_loop(0, n - 1, step, (a, zero))
+    return jax.lax.fori_loop(0, sends, step, (a, zero))
+
+
+def cm_fori_loop(a, w):
+    """The collective matmul as a fori_loop of 3 send-and-multiply steps and a last
+    multiply: the compiled program runs one permute and one matmul 3 times each."""
+    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
+    a, acc = _cm_loop(a, w, n - 1)
     return acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + n - 1) % n) * c, c, axis=0)
 
 
 def cm_fori_loop_one_send_too_many(a, w):
     """The loop runs n times, each with a send: the last send moves a chunk nobody uses,
     4 permutes run where 3 are needed."""
-    n, i, c = 4, jax.lax.axis_index("y"), a.shape[1]
-    to_left = [(j, (j - 1) % n) for j in range(n)]
-
-    def step(k, carry):
-        a, acc = carry
-        acc = acc + a @ jax.lax.dynamic_slice_in_dim(w, ((i + k) % n) * c, c, axis=0)
-        return jax.lax.ppermute(a, "y", to_left), acc
-
-    zero = jax.lax.pcast(jnp.zeros((a.shape[0], w.shape[1]), a.dtype), ("x", "y"),
-                         to="varying")
-    return jax.lax.fori_loop(0, n, step, (a, zero))[1]
+    return _cm_loop(a, w, 4)[1]
 
 
 def cm_right_the_other_way(a, w):
