@@ -77,21 +77,36 @@ WRONG = {
 
 HINTS = {
     "11.1": [(R1 / 2, "half the answer"), (2 * R1, "twice the answer"),
-             (4 * R1, "4x too large"), (R1 / 4, "4x too small")],
+             (4 * R1, "4x too large"), (R1 / 4, "4x too small"),
+             # the H100 SXM's own 132 SMs at 1.83 GHz; its 1.83 GHz (or its 1.98 GHz boost)
+             # with this GPU's 114 SMs
+             (132 * 4096 * 1.83e9, "own peak"), (114 * 4096 * 1.83e9, "1,620 MHz"),
+             (114 * 4096 * 1.98e9, "1,620 MHz")],
     "11.2": [(1.0, "last wave"), (100 * R2, "not a percentage"), (168 / 132, "not a share"),
              (1 - R2, "idle share"), (36 / 132, "last wave's fill")],
     "11.3": [(2 * 3 / 4 * 512e6 / W_NVL_H100, "ring's whole time"),
              (512e6 / W_NVL_H100, "time with in-switch"), (2 * R3, "twice the saving"),
              (18 * R3, "all of a GPU's NVLinks"), (R3 * 2**20 / 1e6, "binary/decimal"),
-             ((1 - 3 / 4) * 512e6 / W_NVL_H100, "2 (n - 1) / n M")],
+             ((1 - 3 / 4) * 512e6 / W_NVL_H100, "2 (n - 1) / n M"),
+             # NVLink taken at its two-way 9e11 bytes/s: half the saving, the same number
+             # as one phase when n = 4, so the hint names both
+             ((2 * 3 / 4 - 1) * 512e6 / (2 * W_NVL_H100), "two-way")],
     "11.4": [(max(NV4, NIC4), "pipelined"), (2 * 31 / 32 * M4 / W_NIC, "flat ring"),
              (NIC4, "between nodes only"), (R4 + 7 * NIC4, "only its 1/8"),
              (2 * R4, "2 bytes per parameter"), (R4 - NV4 / 2, "both NVLink phases"),
+             # NVLink at its two-way rate: the same number as one NVLink phase left out
+             (NV4 / 2 + NIC4, "two-way"),
+             # the card's all-reduce counted as a reduce-scatter, (m - 1)/m: 1.2% from
+             # the one-phase slip, so one hint names both
+             (NV4 + NIC4 / 2, "not (m - 1) / m (M / g)"),
+             (NV4 + NIC4 / 2, "both NVLink phases"),
              (R4 * 2**30 / 1e9, "2**30 / 1e9")],
     "11.5": [(45000 * 127 / 128, "flat figure"),
              (C_B200 * (T5_NIC + T5_NVL) / 4, "pipelined"),
              (7 / 8 * 2 * C_B200 / (2 * W_NVL_B200), "inside one node"),
-             (R5 / 2, "4 FLOPs per weight element")],
+             (R5 / 2, "4 FLOPs per weight element"),
+             # the 6 N rule: forward and backward counted, b >= C T / 6
+             (C_B200 * max(T5_NIC, T5_NVL) / 6, "backward pass alone")],
     "11.6": [(5, "rounded to whole GPUs"), (6, "rounded to whole GPUs"),
              (1 + 3 * 53248 * W_NVL_H100 / (2 * C_H100), "NVLink's"),
              (1 + 2 * 53248 * W_NIC / (2 * C_H100), "3 matmuls"), (R6 - 1, "add the 1"),
@@ -99,7 +114,9 @@ HINTS = {
     "11.7": [(C_H100 * 31 / 32 * 2 / W_NIC / 3, "7 / n_ep"),
              (C_H100 * 24 / 32 * 2 / W_NIC / 3, "add the NVLink part"),
              (C_H100 * 2 * (7 / 8 / W_NVL_H100 + 24 / 32 / W_NIC) / 3, "not 7/8"),
-             (R7 * 3 / 2, "3 matmuls"), (2 * R7, "2x too large"), (R7 / 2, "2x too small")],
+             (R7 * 3 / 2, "3 matmuls"), (2 * R7, "2x too large"), (R7 / 2, "2x too small"),
+             # bf16 taken as 4 bytes doubles F* as well
+             (C_H100 * 4 * T7 / 3, "s = 2 bytes")],
     "11.8": [(R8 / 2, "fp32"), (2 * R8, "all-reduce"), (16 * R8, "1 / (8 pp)"),
              (R8 * W_NIC / W_NVL_H100, "dcn_bandwidth"), (R8 / 128, "copies"),
              (R8 * 2**30 / 1e9, "2**30 / 1e9")],
@@ -149,6 +166,20 @@ def waves_right(B, F, sms, tile_b, tile_f):
 def waves_floor(B, F, sms, tile_b, tile_f):
     tiles = (B // tile_b) * (F // tile_f)
     return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def waves_useful(B, F, sms, tile_b, tile_f):
+    """Section 11.1's other measure: real output over the slots' tile area."""
+    tiles = math.ceil(B / tile_b) * math.ceil(F / tile_f)
+    return B * F / (math.ceil(tiles / sms) * sms * tile_b * tile_f)
+
+
+def hier_card_half(nbytes, local, nodes, chip):
+    """The all-reduce between nodes counted as a reduce-scatter, (m - 1)/m."""
+    from scalebook.hardware import get_chip
+    c = get_chip(chip)
+    return (2 * (local - 1) / local * nbytes / c.ici_bandwidth
+            + (nodes - 1) / nodes * nbytes / local / c.dcn_bandwidth)
 
 
 def waves_no_waves(B, F, sms, tile_b, tile_f):
@@ -204,10 +235,12 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
                hier_right(nbytes, local, nodes, chip)
                - (local - 1) / local * nbytes / get_chip(chip).ici_bandwidth,
                "both NVLink phases"),
-              (hier_flat, "flat ring"), (lambda *a: "1 ms", "a number")],
+              (hier_flat, "flat ring"), (hier_card_half, "not (nodes - 1) / nodes"),
+              (lambda *a: "1 ms", "a number")],
     "11.11": [(waves_floor, "ceil"), (waves_no_waves, "count the waves"),
               (lambda *a: 100 * waves_right(*a), "percentage"),
-              (lambda *a: waves_right(*a) / 2, "2x too small")],
+              (lambda *a: waves_right(*a) / 2, "2x too small"),
+              (waves_useful, "useful share")],
     "11.12": [(lambda b: jax.lax.psum_scatter(b, ("node", "gpu"), scatter_dimension=0,
                                               tiled=True), "flat reduce-scatter"),
               (hier_rs_node_first, "comes first"), (hier_rs_wrong_places, "wrong places"),
@@ -262,10 +295,19 @@ def test_11_13_reference_follows_the_model():
     assert evaluate("11.13", "compute").correct
 
 
+@pytest.mark.parametrize("spelling", ["compute-bound", "Compute bound"])
+def test_11_13_accepts_the_chapters_word(spelling):
+    assert evaluate("11.13", spelling).correct
+    r = evaluate("11.13", spelling.replace("ompute", "ommunication"))
+    assert r.status == "wrong" and "3 matmuls" in r.message
+
+
 @pytest.mark.parametrize("spelling", [
     "latency_hiding_scheduler", "--xla_gpu_enable_latency_hiding_scheduler",
     "xla_gpu_enable_latency_hiding_scheduler", "latency hiding scheduler",
-    "Latency-hiding scheduler", "enable_latency_hiding_scheduler"])
+    "Latency-hiding scheduler", "enable_latency_hiding_scheduler",
+    "--xla_gpu_enable_latency_hiding_scheduler=true",      # as written in XLA_FLAGS
+    "--xla_gpu_enable_latency_hiding_scheduler=True"])
 def test_11_14_accepts_the_flags_spellings(spelling):
     assert evaluate("11.14", spelling).correct
 
@@ -274,6 +316,8 @@ def test_11_14_names_a_wrong_flag_in_any_spelling():
     r = evaluate("11.14", "--xla_gpu_enable_command_buffer")
     assert r.status == "wrong" and "launch" in r.message
     assert "one of" in evaluate("11.14", "the scheduler").message
+    r = evaluate("11.14", "--xla_gpu_enable_triton_gemm=false")
+    assert r.status == "wrong" and "matmul kernels" in r.message
 
 
 def test_the_grader_judges_the_exported_mesh_program():

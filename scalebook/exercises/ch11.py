@@ -19,6 +19,7 @@ from .. import collectives as coll
 from .. import parallelism as par
 from ..hardware import get_chip
 from ..models import MIXTRAL_8X7B, get_model
+from ..units import sci
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise, NumericExercise,
                     VariedNumericExercise, as_number, mesh_inputs, returns_something)
@@ -68,7 +69,20 @@ def _ex1_hints(sms, clock_mhz, gen):
               f"{r:,} FLOPs per clock." if gen == "ampere" else
               "twice the answer: the per-SM rate already counts both FLOPs of a "
               "multiply-add; do not double it.")
-    return [
+    ref_chip = get_chip(_GEN_CHIP[gen])
+    own_peak = ci.sm_peak_flops(ref_chip)
+    own_clocks = {ref_chip.tensor_clock, ref_chip.boost_clock} - {clock_mhz * 1e6}
+    hints = []
+    if not _close(own_peak, ref, 0.01):
+        hints.append((lambda a: _close(a, own_peak, 0.01),
+                      f"that is the {ref_chip.display_name}'s own peak ({ref_chip.sm_count} "
+                      f"SMs at {ref_chip.tensor_clock / 1e9:.2f} GHz); this GPU has {sms} "
+                      f"SMs at {clock_mhz:,} MHz: take only the per-SM rate from it."))
+    if any(not _close(sms * r * f, ref, 0.01) for f in own_clocks):
+        hints.append((lambda a: any(_close(a, sms * r * f, 0.01) for f in own_clocks),
+                      f"that uses the {ref_chip.display_name}'s clock; this GPU's Tensor Cores "
+                      f"run at {clock_mhz:,} MHz = {clock_mhz / 1e3:.2f}e9 Hz."))
+    return hints + [
         (lambda a: _close(a, ref / 2), half),
         (lambda a: _close(a, ref * 2), double),
         (lambda a: _close(a, ref * 4), "4x too large: the rate is per SM, all 4 Tensor "
@@ -169,7 +183,7 @@ def _ex3_hints(n, MB, chip):
     ring = coll.collective_time("all-reduce", M, n, chip)
     sharp = coll.collective_time("all-reduce", M, n, chip, sharp=True)
     ref = ring - sharp
-    return [
+    hints = [
         (lambda a: _close(a, ring), "that is the ring's whole time; subtract what the "
                                     "in-switch reduction takes, M / W_nvl."),
         (lambda a: _close(a, sharp),
@@ -180,11 +194,22 @@ def _ex3_hints(n, MB, chip):
                                                  "(its ici_bandwidth), not one link."),
         (lambda a: _close(a, ref * 2 ** 20 / 1e6, 0.005),
          "off by a binary/decimal prefix: 1 MB is 1e6 bytes here."),
-        (lambda a: _close(a, ((n - 1) / n - 1) * M / c.ici_bandwidth)
-         or _close(a, (1 - (n - 1) / n) * M / c.ici_bandwidth),
-         "the ring all-reduce sends 2 (n - 1) / n M from each GPU: a reduce-scatter and an "
-         "all-gather, not (n - 1) / n M."),
     ]
+    one_phase = ("the ring all-reduce sends 2 (n - 1) / n M from each GPU (a reduce-scatter "
+                 "and an all-gather), not (n - 1) / n M")
+    two_way = (f"W_nvl is one direction, the GPU's ici_bandwidth ({sci(c.ici_bandwidth)} "
+               f"bytes/s), not the two-way figure NVIDIA quotes ({sci(2 * c.ici_bandwidth)})")
+
+    def one_phase_slip(a):
+        return (_close(a, ((n - 1) / n - 1) * M / c.ici_bandwidth)
+                or _close(a, (1 - (n - 1) / n) * M / c.ici_bandwidth))
+    if one_phase_slip(ref / 2):        # n = 4: the two slips give the same number
+        hints.append((lambda a: one_phase_slip(a) or _close(a, ref / 2),
+                      f"half the saving: {one_phase}; and {two_way}."))
+    else:
+        hints += [(one_phase_slip, one_phase + "."),
+                  (lambda a: _close(a, ref / 2), f"half the saving: {two_way}.")]
+    return hints
 
 
 register(VariedNumericExercise(
@@ -232,14 +257,29 @@ def _ex4_hints(nodes, chip, dtype, model="llama3-8b"):
          "the node's reduce-scatter), not all of it."),
         (lambda a: _close(a, _ex4(nodes, chip, other)), f"the gradient is {dtype}: "
                                                         f"{s} bytes per parameter."),
-        (lambda a: _close(a, _ex4(nodes, chip, dtype) - nvl_one),
-         "count both NVLink phases: the reduce-scatter before the cards and the all-gather "
-         "after them, (g - 1) / g M / W_nvl each."),
+    ] + _ex4_short_hints(ref, nvl_one, nic_only / 2, c) + [
         (lambda a: _close(a, ref * 2 ** 30 / 1e9, 0.005)
          or _close(a, ref * 1e9 / 2 ** 30, 0.005),
          "off by 2**30 / 1e9 = 1.074: the gradient's bytes and the bandwidths are both "
          "decimal (1 GB = 1e9 bytes); do not convert one of them to GiB."),
     ]
+
+
+def _ex4_short_hints(ref, nvl_one, nic_half, c):
+    """One NVLink phase left out (or NVLink taken at its two-way rate, the same number),
+    and the card's all-reduce counted as (m - 1)/m instead of 2 (m - 1)/m: one hint that
+    names all three where the two numbers are too close to tell apart."""
+    nvlink = ("count both NVLink phases: the reduce-scatter before the cards and the "
+              "all-gather after them, (g - 1) / g M / W_nvl each, at the one-way "
+              f"ici_bandwidth ({sci(c.ici_bandwidth)} bytes/s, not the two-way "
+              f"{sci(2 * c.ici_bandwidth)})")
+    card = ("the all-reduce between nodes sends 2 (m - 1) / m (M / g) on each card (a "
+            "reduce-scatter and an all-gather), not (m - 1) / m (M / g)")
+    if _close(ref - nvl_one, ref - nic_half):
+        return [(lambda a: _close(a, ref - nvl_one) or _close(a, ref - nic_half),
+                 f"one part is half what it should be: {nvlink}; and {card}.")]
+    return [(lambda a: _close(a, ref - nvl_one), nvlink + "."),
+            (lambda a: _close(a, ref - nic_half), card + ".")]
 
 
 register(VariedNumericExercise(
@@ -281,6 +321,10 @@ def _ex5_hints(chip, nodes):
         (lambda a: _close(a, ref / 2) or _close(a, ref * 2),
          "2x off: the backward pass does 4 FLOPs per weight element per token (two matmuls "
          "of 2), against the all-reduce of that element's s = 2 bytes."),
+        (lambda a: _close(a, ref * 4 / 6),
+         "2/3 of the answer: that counts 6 FLOPs per weight element and token (the whole "
+         "step's 6 N); the gradient's all-reduce overlaps the backward pass alone, 4 FLOPs "
+         "(two matmuls of 2), so b >= C T_comm(s) / 4."),
     ]
 
 
@@ -396,7 +440,8 @@ def _ex7_hints(chip, n_ep, matmuls):
          f"this expert has {matmuls} matmuls, {2 * matmuls} D F FLOPs per routed copy: "
          f"F* = C T(s) / {matmuls}."),
         (lambda a: _close(a, ref * 2), "2x too large: dispatch and combine are 2 all-to-alls, "
-                                       "each moving a copy's D s bytes once."),
+                                       "each moving a copy's D s bytes once, and in bf16 "
+                                       "s = 2 bytes, not 4."),
         (lambda a: _close(a, ref / 2), "2x too small: count both all-to-alls (dispatch and "
                                        "combine) of D s bytes per routed copy."),
     ]
@@ -525,6 +570,8 @@ def _variant(**slip):
             t = nic
         elif slip.get("one_nvlink"):
             t = nv / 2 + nic
+        elif slip.get("card_half"):
+            t = nv + nic / 2
         elif slip.get("flat"):
             t = 2 * (g * m - 1) / (g * m) * nbytes / slow
         else:
@@ -552,6 +599,9 @@ register(CodeExercise(
                                     "x nbytes / ici_bandwidth each."),
         (_variant(flat=True), "that is one flat ring on the cards; reduce inside the node "
                               "first."),
+        (_variant(card_half=True), "between nodes the block is all-reduced: 2 (nodes - 1) / "
+                                   "nodes x (nbytes / local) on the card, a reduce-scatter "
+                                   "and an all-gather, not (nodes - 1) / nodes x it."),
     ],
 ))
 
@@ -574,6 +624,17 @@ def _draw_11(rng):
     return (rng.choice((16, 96, 200, 512, 777, 2048, 4096)),
             rng.choice((1000, 4096, 14336, 28672, 53248)), rng.choice((108, 114, 132, 148)),
             rng.choice((64, 128, 256)), rng.choice((64, 128, 256)))
+
+
+def _useful(got, want, args):
+    """The useful share, section 11.1's other measure (real output over all the slots'
+    tile area), where it differs from the slots used."""
+    B, F, sms, tb, tf = args
+    tiles = math.ceil(B / tb) * math.ceil(F / tf)
+    useful = B * F / (math.ceil(tiles / sms) * sms * tb * tf)
+    v = _num(got)
+    return (v is not None and not math.isclose(useful, want, rel_tol=1e-9)
+            and math.isclose(v, useful, rel_tol=1e-9))
 
 
 def _eff_with(got, args, floor=False, waves=True):
@@ -599,6 +660,8 @@ register(CodeExercise(
          "round the tile counts up (math.ceil): a partial tile at the edge takes an SM too."),
         (lambda got, want, args: _eff_with(got, args, waves=False),
          "count the waves, ceil(tiles / sms): the SMs wait through the last, partial wave."),
+        (_useful, "that is the useful share, padding counted out (section 11.1's other "
+                  "measure); here a tile counts whole, padded or not: tiles / (waves x sms)."),
     ],
 ))
 
@@ -704,6 +767,7 @@ def _ex13():
 register(ChoiceExercise(
     id="11.13", title="Experts of Mixtral's shape across H100 nodes",
     choices=("compute", "communication"), reference=_ex13,
+    aliases={"compute-bound": "compute", "communication-bound": "communication"},
     hints={"communication": "a gated expert does 3 matmuls per routed copy (6 D F FLOPs, "
                             "forward), so F* = C T(s) / 3, not / 2; and of a GPU's copies "
                             "only 56/64 leave the node on the card, 7/64 stay on NVLink. "
@@ -727,7 +791,12 @@ register(ChoiceExercise(
     aliases={**{full: short for short, full in _FULL.items()},
              **{"enable_" + short: short for short in _FLAGS},
              "latency_hiding": "latency_hiding_scheduler",
-             "xla_gpu_latency_hiding_scheduler": "latency_hiding_scheduler"},
+             "xla_gpu_latency_hiding_scheduler": "latency_hiding_scheduler",
+             # as set in XLA_FLAGS
+             **{_FULL[short] + setting: short
+                for short, settings in (("latency_hiding_scheduler", ("=true", "=1")),
+                                        ("triton_gemm", ("=true", "=false")))
+                for setting in settings}},
     hints={"all_gather_combine_threshold_bytes":
            "combining merges small all-gathers into larger ones; these are already large, "
            "and a combined gather still waits for the matmuls unless the scheduler moves "
