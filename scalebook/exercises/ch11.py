@@ -93,7 +93,7 @@ def _ex1_hints(sms, clock_mhz, gen):
 
 
 def _ex1_words(sms, clock_mhz, gen):
-    aside = (" (the H100 PCIe card, for one, has 114 SMs at 1,620 MHz for tensor work)"
+    aside = (" (the H100 PCIe card's figures)"
              if (sms, clock_mhz, gen) == (114, 1620, "hopper") else "")
     return {"gen_name": _GEN_NAME[gen], "ref_chip": _name(_GEN_CHIP[gen]), "aside": aside,
             "a_gen": "an Ampere" if gen == "ampere" else "a Hopper",
