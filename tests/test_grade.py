@@ -226,6 +226,9 @@ def test_forged_answer_lines_cannot_make_the_grader_allocate_or_reach_out():
     big = grade.decode({"bigint": 10**12})
     assert isinstance(big, int) and big.bit_length() <= 4097
     assert "too large" in evaluate("1.1", big).message
+    same = [grade.Grade(n, None, results={"1.1": ("wrong", "")}, raw={"1.1": v})
+            for n, v in (("a", big), ("b", big), ("c", 1.5))]
+    assert "the same wrong answer" in grade.copy_report(same, grade.load_key(CHAPTER), None)
     for name in ("scalebook.grade:_Opaque", "scalebook.assign:KeyItem",
                  "scalebook.grade:os.stat_result", "os:stat_result"):
         assert isinstance(grade._rebuild(name, {}, None), grade._Opaque), name
