@@ -302,3 +302,22 @@ def test_every_chapters_solutions_get_full_marks_through_the_sandboxes(chapter, 
     rows = (out / "grades.csv").read_text().splitlines()[1:]
     wrong = [r for r in rows if not r.endswith(",correct,1")]
     assert rows and not wrong, (out / "feedback" / "sol.md").read_text()
+
+
+def test_outputs_replace_planted_links_and_never_follow_them(tmp_path):
+    """A link planted in the grading folder (feedback/alice.md, grades.csv) pointing at an
+    instructor's file is replaced by the grader's file; the instructor's file is untouched."""
+    key = grade.load_key(CHAPTER)
+    g = grade.Grade("alice", None)
+    for item in key.items:
+        g.results[item.id], g.points[item.id] = ("wrong", "not yet."), 0.0
+    victim = tmp_path / "instructor-notes.txt"
+    victim.write_text("mine")
+    out = tmp_path / "grading"
+    (out / "feedback").mkdir(parents=True)
+    for link in (out / "feedback" / "alice.md", out / "grades.csv", out / "summary.md"):
+        link.symlink_to(victim)
+    grade.write_outputs([g], key, out)
+    assert victim.read_text() == "mine"
+    for f in (out / "feedback" / "alice.md", out / "grades.csv", out / "summary.md"):
+        assert f.is_file() and not f.is_symlink()
