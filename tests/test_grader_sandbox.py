@@ -67,7 +67,7 @@ if os.fork() == 0:
                 open(p, "w").write("student,exercise,status,points\\ndaemon,1.1,correct,99\\n")
             except Exception:
                 pass
-        time.sleep(60)
+        os.execv("/bin/sh", ["sh", "-c", "sleep 60 # {token}"])   # seen by ps if it lives
     os._exit(0)
 """,
         # overwrite the honest classmate's notebook and plant a link in the grading folder
