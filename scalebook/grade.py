@@ -48,7 +48,8 @@ points), ``gradebook.csv`` (a row per student: total, maximum, points per exerci
 ``feedback/STUDENT.md`` and ``.html`` (each exercise's status, message and hint, and
 what went wrong in the run), ``logs/STUDENT.log`` (the worker's and kernel's messages,
 kept off the terminal), ``copies.md`` and ``summary.md`` (per exercise: how many right,
-the most common wrong hint), which is also printed. Statuses: correct, wrong, not
+the most common wrong hint), which is also printed, and ``results.json`` (each student's
+statuses and answers, from which ``--only`` keeps those two reports class-wide). Statuses: correct, wrong, not
 attempted, missing (no answer variable after the run), unreadable, no submission (a
 student on the key's roster with no notebook).
 
