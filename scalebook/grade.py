@@ -480,10 +480,6 @@ def _scalebook_grader_collect(spec, path, call_limit):
                 if "value" in p:
                     p["value"] = enc(p["value"])
             rec["programs"] = progs
-        elif item["how"] == "kernel":
-            from scalebook.exercises import evaluate as _evaluate
-            r = _evaluate(item["id"], value)
-            rec["result"] = [r.status, r.message]
         else:
             rec["value"] = enc(value)
         return rec
@@ -506,8 +502,8 @@ def _scalebook_grader_collect(spec, path, call_limit):
 def _how(ex_id: str) -> str:
     """How the grader checks an exercise: "value" (here), "function" (called in the
     kernel on the grader's inputs, judged by the checker), "program" (exported from the
-    kernel, compiled and judged by the checker) or "kernel" (checked next to the student's
-    code: the one exercise whose check counts compilations)."""
+    kernel, compiled and judged by the checker) or "kernel" (a kind none of these fits:
+    given no verdict, since only the kernel could judge it and its word is not taken)."""
     from .exercises import get_exercise
     from .exercises.kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise,
                                   NumericExercise)
@@ -952,11 +948,12 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
         variant = draw_variant(item.id, secret, grade.student) if item.variant else None
         how = _how(item.id)
         with _lenient_hints():
-            if how == "kernel":       # checked in the student's kernel (compile counting)
-                if "result" not in rec:
-                    rec = {"result": ["wrong", "the check's result could not be read."]}
-                status, message = (list(rec["result"]) + ["", ""])[:2]
-                result = Result(item.id, str(status), f"{message} (checked in your kernel)")
+            if how == "kernel":       # an exercise of a kind the grader cannot judge outside
+                # the kernel: no verdict, since the kernel writes its answers file itself
+                # and a "result" line there would be the student's word (none is, today)
+                result = Result(item.id, "wrong", "this exercise cannot be judged outside "
+                                                  "your kernel, so the grader gives it no "
+                                                  "points: tell your instructor.")
             elif how in ("function", "program"):     # judged by the checker
                 grade.answers[item.id] = ("a function" if how == "function"
                                           else "a program on the mesh")

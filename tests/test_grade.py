@@ -321,3 +321,18 @@ def test_outputs_replace_planted_links_and_never_follow_them(tmp_path):
     assert victim.read_text() == "mine"
     for f in (out / "feedback" / "alice.md", out / "grades.csv", out / "summary.md"):
         assert f.is_file() and not f.is_symlink()
+
+
+def test_a_result_line_from_the_kernel_never_counts(monkeypatch):
+    """The kernel writes its own answers file: a "result": ["correct", ...] line there is
+    the student's word. A value answer is judged from its value; an exercise of a kind the
+    grader cannot judge outside the kernel gets no verdict, whatever the line says."""
+    key = grade.load_key(CHAPTER)
+    forged = {i.id: {"id": i.id, "result": ["correct", "forged"]} for i in key.items}
+    g = grade.Grade("mallory", None)
+    grade._evaluate_records(g, key, forged, None)
+    assert g.total == 0
+    monkeypatch.setattr(grade, "_how", lambda ex_id: "kernel")
+    g = grade.Grade("mallory", None)
+    grade._evaluate_records(g, key, forged, None)
+    assert g.total == 0 and all(s == "wrong" for s, _ in g.results.values())
