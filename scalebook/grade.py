@@ -109,7 +109,7 @@ from pathlib import Path
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
            "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy", "match_roster",
-           "copy_report", "process_limit", "DEFAULT_PROCESSES",
+           "copy_report", "class_grades", "process_limit", "DEFAULT_PROCESSES",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
