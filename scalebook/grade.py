@@ -48,7 +48,8 @@ points), ``gradebook.csv`` (a row per student: total, maximum, points per exerci
 ``feedback/STUDENT.md`` and ``.html`` (each exercise's status, message and hint, and
 what went wrong in the run), ``logs/STUDENT.log`` (the worker's and kernel's messages,
 kept off the terminal), ``copies.md`` and ``summary.md`` (per exercise: how many right,
-the most common wrong hint), which is also printed. Statuses: correct, wrong, not
+the most common wrong hint), which is also printed, and ``results.json`` (each student's
+statuses and answers, from which ``--only`` keeps those two reports class-wide). Statuses: correct, wrong, not
 attempted, missing (no answer variable after the run), unreadable, no submission (a
 student on the key's roster with no notebook).
 
@@ -108,7 +109,7 @@ from pathlib import Path
 __all__ = ["KeyItem", "Key", "load_key", "Submission", "find_submissions", "Grade",
            "grade_submissions", "write_outputs", "summary_table", "secret_check", "main",
            "SandboxMissing", "bwrap_path", "sandbox_argv", "package_copy", "match_roster",
-           "copy_report", "process_limit", "DEFAULT_PROCESSES",
+           "copy_report", "class_grades", "process_limit", "DEFAULT_PROCESSES",
            "MISSING", "UNREADABLE", "NO_SUBMISSION", "TIMED_OUT"]
 
 MISSING, UNREADABLE, NO_SUBMISSION, TIMED_OUT = "missing", "unreadable", "no submission", "timed out"
@@ -205,43 +206,83 @@ class Submission:
 
 
 def match_roster(subs: list[Submission], roster: list[str]) -> tuple[list[Submission], list[str]]:
-    """Check the submissions against the key's roster. A notebook whose file name is not on
-    the roster ("Copy of alice.ipynb") but which was made for a roster student (the id
-    ``assign`` stores in it) who handed in nothing else is graded as that student, with a
-    note; one that matches nobody is graded under its file name, flagged. Returns the
-    submissions and the warnings to print."""
+    """Check the submissions against the key's roster. A file name that is a roster id
+    spelled in another Unicode form (a zip made on a Mac writes "Zoë" decomposed) is that
+    student. A notebook whose file name is not on the roster ("Copy of alice.ipynb") but
+    which was made for a roster student (the id ``assign`` stores in it) who handed in
+    nothing else is graded as that student, with a note, when it is the only such
+    notebook: when two claim the same student (a classmate's copy next to the student's
+    own), neither is, since the id in a notebook is the student's to edit. One that
+    matches nobody is graded under its file name, flagged. Returns the submissions and
+    the warnings to print."""
+    import unicodedata
+
     if not roster:
         return subs, []
     on = set(roster)
+    nfc = {unicodedata.normalize("NFC", r): r for r in roster}
     have = {s.student for s in subs}
+    subs = list(subs)
+    for i, s in enumerate(subs):        # the roster's spelling of the same id
+        same = nfc.get(unicodedata.normalize("NFC", s.student))
+        if s.student not in on and same is not None and same not in have:
+            have.add(same)
+            subs[i] = Submission(same, s.path, s.problem, s.note)
+    claims: dict[int, str] = {}
+    for i, s in enumerate(subs):
+        if s.student in on or s.path is None or s.problem is not None:
+            continue
+        nb, _ = read_notebook(s.path)
+        claimed = nb.metadata.get("scalebook", {}).get("student") if nb is not None else None
+        if isinstance(claimed, str):
+            claims[i] = nfc.get(unicodedata.normalize("NFC", claimed), claimed)
+    claimants = Counter(claims.values())
     out, warnings = [], []
-    for s in subs:
+    for i, s in enumerate(subs):
         if s.student in on or s.path is None:
             out.append(s)
             continue
-        claimed = None
-        if s.problem is None:
-            nb, _ = read_notebook(s.path)
-            if nb is not None:
-                claimed = nb.metadata.get("scalebook", {}).get("student")
-        if isinstance(claimed, str) and claimed in on and claimed not in have:
-            have.add(claimed)
+        claimed = claims.get(i)
+        if claimed in on and claimed not in have and claimants[claimed] == 1:
             out.append(Submission(claimed, s.path, s.problem,
                                   f"handed in as {s.student!r}; graded as {claimed!r}, the "
                                   f"student it was made for."))
             warnings.append(f"{s.path.name}: not on the roster; graded as {claimed!r} (the "
                             f"student the notebook was made for)")
-        else:
-            out.append(Submission(s.student, s.path, s.problem,
-                                  f"{s.student!r} is not on the roster: graded with "
-                                  f"{s.student!r}'s variants, which nobody was given."))
-            warnings.append(f"{s.path.name}: {s.student!r} is not on the roster")
+            continue
+        why = ""
+        if claimed in on and claimed in have:
+            why = f"; it was made for {claimed!r}, who handed in a notebook of their own"
+        elif claimed in on:
+            others = sorted(subs[j].path.name for j, c in claims.items() if c == claimed)
+            why = (f"; it is one of {len(others)} notebooks made for {claimed!r} "
+                   f"({', '.join(others)}), so none is graded as {claimed!r}: rename the "
+                   f"right one {claimed}.ipynb and regrade with --only {claimed}")
+        out.append(Submission(s.student, s.path, s.problem,
+                              f"{s.student!r} is not on the roster: graded with "
+                              f"{s.student!r}'s variants, which nobody was given{why}."))
+        warnings.append(f"{s.path.name}: {s.student!r} is not on the roster{why}")
     return out, warnings
 
 
 def _student_of(path: Path, root: Path) -> str:
     rel = path.relative_to(root)
     return rel.stem if len(rel.parts) == 1 else rel.parts[0]
+
+
+def _extract_capped(z: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
+    """One notebook out of a zip, at most one byte past the size limit: a member that
+    unpacks to gigabytes (a zip bomb, or a size the zip misstates) is cut there, and
+    then reported as over the limit, instead of filling the disk."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    left = MAX_NOTEBOOK_BYTES + 1
+    with z.open(info) as src, open(target, "wb") as dst:
+        while left > 0:
+            chunk = src.read(min(left, 2**20))
+            if not chunk:
+                break
+            dst.write(chunk)
+            left -= len(chunk)
 
 
 def find_submissions(paths, workdir: Path) -> list[Submission]:
@@ -258,16 +299,18 @@ def find_submissions(paths, workdir: Path) -> list[Submission]:
                           if ".ipynb_checkpoints" not in q.parts and "__MACOSX" not in q.parts))
         elif p.is_file() and p.suffix == ".zip":
             dest = workdir / f"zip{i}"
+            dest.mkdir(parents=True, exist_ok=True)
             with zipfile.ZipFile(p) as z:
                 for member in z.namelist():     # refuse paths that climb out of dest
                     target = (dest / member).resolve()
                     if not target.is_relative_to(dest.resolve()):
                         raise ValueError(f"{p}: unsafe path in zip: {member}")
-                z.extractall(dest)
-                for info in z.infolist():       # the zip's times, not the unpacking's
-                    if not info.is_dir():       # (local time: a zip stores no zone)
-                        t = time.mktime(info.date_time + (0, 0, -1))
-                        os.utime(dest / info.filename, (t, t))
+                for info in z.infolist():
+                    if info.is_dir() or not info.filename.endswith(".ipynb"):
+                        continue
+                    _extract_capped(z, info, dest / info.filename)
+                    t = time.mktime(info.date_time + (0, 0, -1))   # the zip's times, not
+                    os.utime(dest / info.filename, (t, t))         # the unpacking's (local)
             entries = [e for e in dest.iterdir() if e.name != "__MACOSX"]
             root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not any(
                 entries[0].glob("*.ipynb")) else dest
@@ -339,7 +382,12 @@ def _scalebook_grader_collect(spec, path, call_limit):
         if isinstance(x, str):
             return x[:2000]
         if isinstance(x, (int, float)):
-            return x if not isinstance(x, int) or abs(x) < 2**63 else float(x)
+            if not isinstance(x, int) or -2**63 < x < 2**63:
+                return x
+            try:
+                return float(x)
+            except OverflowError:       # 10**400: too big for any answer (said so)
+                return {"bigint": int.bit_length(x)}
         if _PSpec is not None and isinstance(x, _PSpec) and depth < 3:
             return {"pspec": [enc(v, depth + 1) for v in x]}
         if isinstance(x, (tuple, list)) and depth < 3 and len(x) <= 64:
@@ -397,16 +445,11 @@ def _scalebook_grader_collect(spec, path, call_limit):
             _signal.setitimer(_signal.ITIMER_REAL, 0)
             _signal.signal(_signal.SIGALRM, old)
 
-    def emit(rec):
-        out.write(_json.dumps(rec) + "\n")
-        out.flush()
-
-    for item in spec:
+    def collect(item):
         rec = {"id": item["id"]}
         if item["answer"] not in ns:
             rec["missing"] = True
-            emit(rec)
-            continue
+            return rec
         value = ns[item["answer"]]
         if item["how"] == "function" and callable(value):
             calls = []
@@ -437,13 +480,20 @@ def _scalebook_grader_collect(spec, path, call_limit):
                 if "value" in p:
                     p["value"] = enc(p["value"])
             rec["programs"] = progs
-        elif item["how"] == "kernel":
-            from scalebook.exercises import evaluate as _evaluate
-            r = _evaluate(item["id"], value)
-            rec["result"] = [r.status, r.message]
         else:
             rec["value"] = enc(value)
-        emit(rec)
+        return rec
+
+    for item in spec:           # one answer that cannot be sent costs that answer only
+        try:
+            rec = collect(item)
+            line = _json.dumps(rec)
+        except BaseException as e:
+            line = _json.dumps({"id": item["id"], "value": {
+                "opaque": "object", "repr": f"an answer that could not be read "
+                                            f"({type(e).__name__})"}})
+        out.write(line + "\n")
+        out.flush()
     out.close()
 
 '''
@@ -452,8 +502,8 @@ def _scalebook_grader_collect(spec, path, call_limit):
 def _how(ex_id: str) -> str:
     """How the grader checks an exercise: "value" (here), "function" (called in the
     kernel on the grader's inputs, judged by the checker), "program" (exported from the
-    kernel, compiled and judged by the checker) or "kernel" (checked next to the student's
-    code: the one exercise whose check counts compilations)."""
+    kernel, compiled and judged by the checker) or "kernel" (a kind none of these fits:
+    given no verdict, since only the kernel could judge it and its word is not taken)."""
     from .exercises import get_exercise
     from .exercises.kinds import (ChoiceExercise, CodeExercise, MeshProgramExercise,
                                   NumericExercise)
@@ -730,12 +780,18 @@ def decode(x, args=None):
                    for e in entries):
                 return PartitionSpec(*entries)
             return _Opaque("PartitionSpec", "a PartitionSpec of odd entries")
+        if "bigint" in x:      # an int too big for a float: its size, not its digits
+            bits = x["bigint"] if isinstance(x["bigint"], int) else 0
+            return 2 ** max(64, min(bits, 4096))
         if "array" in x:
             import numpy as np
 
-            try:
-                return np.asarray(x["array"], dtype=np.dtype(str(x.get("dtype"))))
-            except (TypeError, ValueError):
+            try:    # numbers only, a few bytes each: a forged "U20000000" would take GiBs
+                dtype = np.dtype(str(x.get("dtype")))
+                if dtype.kind in "OUSVMm" and dtype.name != "bfloat16" or dtype.itemsize > 16:
+                    raise TypeError(dtype)
+                return np.asarray(x["array"], dtype=dtype)
+            except (TypeError, ValueError, OverflowError):
                 return _Opaque("array", "an array the grader could not read")
         if "object" in x:
             return _rebuild(str(x["object"]), x.get("fields"), args)
@@ -753,12 +809,16 @@ def _rebuild(name: str, fields, args):
     import importlib
 
     module, _, qualname = name.partition(":")
-    if (module == "scalebook" or module.startswith("scalebook.")) and isinstance(fields, dict):
+    in_package = module == "scalebook" or module.startswith("scalebook.")
+    if (in_package and isinstance(fields, dict) and qualname
+            and not any(part.startswith("_") for part in qualname.split("."))):
         try:
             cls = importlib.import_module(module)
             for part in qualname.split("."):
                 cls = getattr(cls, part)
-            if dataclasses.is_dataclass(cls):
+            # a class of this package's own, not one reached through it (grade:os....)
+            if (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+                    and cls.__module__ == module and cls.__qualname__ == qualname):
                 return cls(**{k: decode(v, args) for k, v in fields.items()})
         except Exception:
             pass
@@ -803,10 +863,13 @@ def _lenient_hints():
 
 
 def _passed_fraction(ex_id: str, fn, cases: list) -> float:
-    """The share of a code exercise's test inputs on which the recorded answers are right."""
+    """The share of a code exercise's *drawn* test inputs on which the recorded answers
+    are right. The published inputs are left out: a table of their answers (the chapter
+    prints them) must earn nothing, partial credit included."""
     from .exercises import get_exercise
 
     ex, passed = get_exercise(ex_id), 0
+    cases = list(cases)[len(ex.cases):]
     for args in cases:
         try:
             got = fn(*args)
@@ -885,11 +948,12 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
         variant = draw_variant(item.id, secret, grade.student) if item.variant else None
         how = _how(item.id)
         with _lenient_hints():
-            if how == "kernel":       # checked in the student's kernel (compile counting)
-                if "result" not in rec:
-                    rec = {"result": ["wrong", "the check's result could not be read."]}
-                status, message = (list(rec["result"]) + ["", ""])[:2]
-                result = Result(item.id, str(status), f"{message} (checked in your kernel)")
+            if how == "kernel":       # an exercise of a kind the grader cannot judge outside
+                # the kernel: no verdict, since the kernel writes its answers file itself
+                # and a "result" line there would be the student's word (none is, today)
+                result = Result(item.id, "wrong", "this exercise cannot be judged outside "
+                                                  "your kernel, so the grader gives it no "
+                                                  "points: tell your instructor.")
             elif how in ("function", "program"):     # judged by the checker
                 grade.answers[item.id] = ("a function" if how == "function"
                                           else "a program on the mesh")
@@ -900,7 +964,10 @@ def _evaluate_records(grade: Grade, key: Key, records: dict, secret: bytes | Non
                 if partial and result.status == "wrong":
                     grade.partial[item.id] = float(v[2])
             else:                     # a value, judged here; a "result" line is ignored
-                value = decode(rec.get("value"))
+                try:
+                    value = decode(rec.get("value"))
+                except RecursionError:
+                    value = _Opaque("object", "an answer nested too deep to read")
                 grade.answers[item.id] = _short(value)
                 if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                     grade.raw[item.id] = value
@@ -1251,7 +1318,7 @@ def grade_one(sub: Submission, key: Key, secret: bytes | None, opts: dict, workd
     for line in _read_box_text(records).splitlines():
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):      # RecursionError: [[[[... 5,000 deep
             continue
         if isinstance(rec, dict) and rec.get("id") in known and rec["id"] not in recs:
             recs[rec["id"]] = rec
@@ -1539,7 +1606,10 @@ def _same(a, b) -> bool:
 
     if isinstance(a, str) or isinstance(b, str):
         return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
-    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+    except (OverflowError, TypeError, ValueError):      # 10**400: only equal to itself
+        return a == b
 
 
 def copy_report(grades: list[Grade], key: Key, secret: bytes | None) -> str:
@@ -1600,8 +1670,8 @@ def _read_rows(path: Path) -> list[list[str]]:
 
 
 def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = False,
-                  *, late=None, exports=(), people=None, column: str | None = None
-                  ) -> str:
+                  *, late=None, exports=(), people=None, column: str | None = None,
+                  everyone: list[Grade] | None = None) -> str:
     """``grades.csv`` (a row per student and exercise), ``gradebook.csv`` (a row per
     student: total, maximum, points per exercise), ``feedback/*.md`` and ``summary.md``
     under ``out`` (links planted there are replaced, never followed); returns the
@@ -1610,7 +1680,8 @@ def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = 
     gradebook.csv gets the columns submitted, late_days, penalty, total_after_penalty
     and the feedback says how the penalty was applied. ``exports``: "canvas" and/or
     "gradescope" write ``canvas.csv`` / ``gradescope.csv`` (names and ids from
-    ``people``, the assignment's column named ``column``, default the key's title)."""
+    ``people``, the assignment's column named ``column``, default the key's title).
+    ``everyone``: the whole class's grades for summary.md (:func:`class_grades`)."""
     import io
 
     from . import gradebook as gb
@@ -1680,10 +1751,42 @@ def write_outputs(grades: list[Grade], key: Key, out: Path, keep_others: bool = 
         _write_no_follow(fb / f"{g.student}.md", _feedback(g, key, lt))
         _write_no_follow(fb / f"{g.student}.html", _feedback_html(g, key, lt))
     hashes = sorted({g.package_hash for g in grades if g.package_hash})
-    table = summary_table(grades, key) + "".join(
+    table = summary_table(everyone or grades, key) + "".join(
         f"\n\ngraded with the scalebook package of sha256 {h}" for h in hashes)
     _write_no_follow(out / "summary.md", table + "\n")
     return table
+
+
+RESULTS_FILE = "results.json"
+
+
+def class_grades(grades: list[Grade], key: Key, out: Path, keep_others: bool = False
+                 ) -> list[Grade]:
+    """Every student's grade for the class-wide reports (summary.md, copies.md): those
+    graded now and, with ``keep_others`` (``--only``), those an earlier run graded, read
+    back from ``results.json`` in ``out`` (statuses, messages, points and number or
+    string answers; the grader's own file), which is then written anew."""
+    graded = {g.student for g in grades}
+    everyone = list(grades)
+    ids = {i.id for i in key.items}
+    if keep_others:
+        try:
+            old = json.loads(_read_box_text(out / RESULTS_FILE, 64 * 2**20) or "{}")
+        except ValueError:
+            old = {}
+        for student, r in (old.items() if isinstance(old, dict) else ()):
+            if student in graded or not isinstance(r, dict):
+                continue
+            results = {k: tuple(v) for k, v in r.get("results", {}).items()}
+            if set(results) != ids:
+                continue                  # graded against another key: left out
+            everyone.append(Grade(student, None, results=results,
+                                  points=dict(r.get("points", {})), raw=dict(r.get("raw", {}))))
+    out.mkdir(parents=True, exist_ok=True)
+    _write_no_follow(out / RESULTS_FILE, json.dumps(
+        {g.student: {"results": g.results, "points": g.points, "raw": g.raw}
+         for g in sorted(everyone, key=lambda g: g.student)}, ensure_ascii=False))
+    return sorted(everyone, key=lambda g: g.student)
 
 
 def _read_dicts(path: Path) -> list[dict]:
@@ -1741,7 +1844,7 @@ def _file_times(subs: list[Submission]) -> dict:
     return {s.student: utc(s.path.stat().st_mtime) for s in subs if s.path is not None}
 
 
-def _gradebook_warnings(grades: list[Grade], late, people) -> list[str]:
+def _gradebook_warnings(grades: list[Grade], late, people, only: bool = False) -> list[str]:
     out = []
     handed = [g.student for g in grades if g.path is not None]
     if late is not None:
@@ -1750,7 +1853,7 @@ def _gradebook_warnings(grades: list[Grade], late, people) -> list[str]:
             out.append(f"no submission time for {', '.join(missing)}: no late penalty "
                        f"applied (flagged in gradebook.csv and their feedback)")
         extra = sorted(set(late.times) - {g.student for g in grades})
-        if extra:
+        if extra and not only:            # with --only, the others are not regraded
             out.append(f"submission times for students not graded here: "
                        f"{', '.join(extra)}")
     if people:
@@ -1786,7 +1889,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="regrade these students only (comma-separated ids); "
                                        "the other rows of --out are kept")
     parser.add_argument("--partial-credit", action="store_true",
-                        help="a code answer right on some test inputs earns that share")
+                        help="a code answer right on some of its drawn test inputs earns "
+                             "that share")
     parser.add_argument("--processes", type=int, default=DEFAULT_PROCESSES,
                         help="processes and threads each notebook may run at once "
                              f"({DEFAULT_PROCESSES}; 0: no limit)")
@@ -1843,11 +1947,14 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError, SandboxMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for w in _gradebook_warnings(grades, late, people):
+    for w in _gradebook_warnings(grades, late, people, only is not None):
         print(f"warning: {w}", file=sys.stderr)
+    everyone = class_grades(grades, key, out, keep_others=only is not None)
     table = write_outputs(grades, key, out, keep_others=only is not None, late=late,
-                          exports=exports, people=people, column=args.assignment_name)
-    _write_no_follow(out / "copies.md", copy_report(grades, key, read_secret(args.secret_file)))
+                          exports=exports, people=people, column=args.assignment_name,
+                          everyone=everyone)
+    _write_no_follow(out / "copies.md", copy_report(everyone, key,
+                                                    read_secret(args.secret_file)))
     print(f"\n{len(grades)} notebooks graded in {time.time() - t0:.0f} s; results in {out}/ "
           f"(grades.csv, feedback/, summary.md)\n")
     print(table)

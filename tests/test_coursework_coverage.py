@@ -9,10 +9,12 @@ a class of CLASS_SIZE (a symmetric formula whose variants are permutations fails
 """
 
 import math
+import re
 
 import pytest
 
 from scalebook.exercises import chapter_ids, evaluate, get_exercise
+from scalebook.hardware import get_chip
 from scalebook.exercises.core import _chapters, draw_variant
 from scalebook.exercises.kinds import CodeExercise, MeshProgramExercise, VariedNumericExercise
 
@@ -29,6 +31,12 @@ def _varies(ex) -> bool:
     if isinstance(ex, MeshProgramExercise):
         return True        # the grader's checker draws the input values per student
     return False
+
+
+def _short(chip: str) -> str:
+    """A chip as a title names it: "H100", "TPU v5e"."""
+    words = get_chip(chip).display_name.split()
+    return " ".join(words[:2]) if words[0] == "TPU" else words[0]
 
 
 def _varied_numeric():
@@ -68,6 +76,11 @@ def test_a_class_gets_many_different_answers(ex_id):
         text = variant.text()
         assert "{" not in text.replace("${", "").replace("\\{", "") or "$" in text
         assert all(f"{{{k}}}" not in text for k in params)
+        # the title and statement name the student's chip, never the chapter's ("on an
+        # H100" over an A100 variant)
+        if "chip" in params and _short(params["chip"]) != _short(ex.params["chip"]):
+            named = re.escape(_short(ex.params["chip"])) + r"(?![\w.])"
+            assert not re.search(named, f"{variant.title_text()} {text}"), (ex_id, params)
     assert len(answers) >= MIN_DISTINCT, f"{ex_id}: {len(answers)} different answers in a class " \
                                          f"of {CLASS_SIZE}"
 

@@ -173,7 +173,7 @@ def _secret_file(tmp_path):
 def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     """A misnamed copy is graded as the roster student it was made for; an off-roster file
     is flagged; gradebook.csv has a row per student; --only regrades one student and keeps
-    every other row."""
+    every other row, and summary.md and copies.md still cover the whole class."""
     roster = ["alice", "bob"]
     assign.build_assignment(["1.1", "1.8"], tmp_path / "a", students=roster, secret=SECRET)
     key = tmp_path / "a" / "key.json"
@@ -193,7 +193,7 @@ def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     subs.mkdir()
     nbformat.write(answered("alice"), subs / "Copy of alice.ipynb")
     stray = nbformat.v4.new_notebook()
-    stray.cells = [nbformat.v4.new_code_cell("answer_1_1 = 1.0")]
+    stray.cells = [nbformat.v4.new_code_cell(f"answer_1_1 = {right['alice']!r}")]
     nbformat.write(stray, subs / "mallory.ipynb")
     out = tmp_path / "grading"
     args = [str(subs), "--key", str(key), "--out", str(out), "--secret-file", str(secret),
@@ -219,6 +219,9 @@ def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     assert "mallory,1.1,wrong,0" in rows
     assert (out / "feedback" / "alice.md").read_text() == alice_feedback
     assert "bob,1,2,1,0" in (out / "gradebook.csv").read_text().splitlines()
+    # the class-wide reports still cover the class, not only the student regraded
+    assert "mallory's answer is the right one for alice's variant" in (out / "copies.md").read_text()
+    assert "| 1.1 | 1 | 2/3 |" in (out / "summary.md").read_text()
     assert grade.main(args + ["--only", "zed"]) == 2
 
 

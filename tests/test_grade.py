@@ -6,6 +6,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from scalebook import grade
@@ -180,29 +181,103 @@ def test_feedback_shows_the_answer_the_expected_form_and_is_safe_html():
     assert len(grade._short("x" * 500)) <= 60
 
 
-def test_partial_credit_counts_the_test_inputs_answered_right():
+def test_partial_credit_counts_the_drawn_inputs_answered_right():
+    """The share is of the inputs drawn for the student: right on all but the last earns
+    (drawn - 1) / drawn; a table of the published cases (right on those only) earns 0."""
     from scalebook.exercises import get_exercise
 
     key = grade.load_key(CHAPTER)
     assert grade._how("1.10") == "function"
-    cases = grade.function_cases("1.10", b"seed")
-    assert len(cases) == len(get_exercise("1.10").cases) + get_exercise("1.10").drawn
     ex = get_exercise("1.10")
+    cases = grade.function_cases("1.10", b"seed")
+    published, drawn = len(ex.cases), ex.drawn
+    assert len(cases) == published + drawn and drawn >= 2
     right = [ex.reference(*c) for c in cases]
-    k = len(cases) - 1                         # right on all but the last input
 
     def enc(v):
         return list(v) if isinstance(v, tuple) else v
 
-    calls = [{"value": enc(r)} for r in right[:k]] + [{"value": -1}]
-    rec = {"id": "1.10", "calls": calls}
-    verdicts = grade.check_records([{"id": "1.10", "how": "function", "rec": rec,
-                                     "cases": grade._pack(cases)}])
-    for partial, want in ((False, 0.0), (True, round(k / len(cases), 4))):
-        g = grade.Grade("carol", None)
-        grade._evaluate_records(g, key, {"1.10": rec}, None, partial=partial,
-                                verdicts=verdicts)
-        assert g.results["1.10"][0] == "wrong" and g.points["1.10"] == want
+    answers = {"all but the last": ([{"value": enc(r)} for r in right[:-1]] + [{"value": -1}],
+                                    round((drawn - 1) / drawn, 4)),
+               "published only": ([{"value": enc(r)} for r in right[:published]]
+                                  + [{"value": -1}] * drawn, 0.0)}
+    for name, (calls, share) in answers.items():
+        rec = {"id": "1.10", "calls": calls}
+        verdicts = grade.check_records([{"id": "1.10", "how": "function", "rec": rec,
+                                         "cases": grade._pack(cases)}])
+        for partial, want in ((False, 0.0), (True, share)):
+            g = grade.Grade("carol", None)
+            grade._evaluate_records(g, key, {"1.10": rec}, None, partial=partial,
+                                    verdicts=verdicts)
+            assert g.results["1.10"][0] == "wrong" and g.points["1.10"] == want, name
+
+
+def test_forged_answer_lines_cannot_make_the_grader_allocate_or_reach_out():
+    """What a kernel writes to its answers file is decoded in the grader's own process:
+    an array of a wide string or object type (a forged "U20000000" would take GiBs), an
+    integer too big for a float, and a class reached through a module of the package are
+    refused or bounded; the package's own dataclasses still come back."""
+    from scalebook.exercises import evaluate
+
+    for dtype in ("U20000000", "object", "V2000000000", "S100000"):
+        v = grade.decode({"array": ["a"] * 4, "dtype": dtype})
+        assert isinstance(v, grade._Opaque), dtype
+    assert grade.decode({"array": [1, 2], "dtype": "int32"}).tolist() == [1, 2]
+    big = grade.decode({"bigint": 10**12})
+    assert isinstance(big, int) and big.bit_length() <= 4097
+    assert "too large" in evaluate("1.1", big).message
+    same = [grade.Grade(n, None, results={"1.1": ("wrong", "")}, raw={"1.1": v})
+            for n, v in (("a", big), ("b", big), ("c", 1.5))]
+    assert "the same wrong answer" in grade.copy_report(same, grade.load_key(CHAPTER), None)
+    for name in ("scalebook.grade:_Opaque", "scalebook.assign:KeyItem",
+                 "scalebook.grade:os.stat_result", "os:stat_result"):
+        assert isinstance(grade._rebuild(name, {}, None), grade._Opaque), name
+    item = grade._rebuild("scalebook.grade:KeyItem", {"id": {"seq": []}, "answer": "a"}, None)
+    assert isinstance(item, grade.KeyItem)
+
+
+def test_a_notebook_made_for_another_student_cannot_take_their_row(tmp_path):
+    """Two misnamed notebooks claim the same student (a classmate's copy next to the
+    student's own): neither is graded as that student. One alone still is; a file name in
+    another Unicode form of a roster id is that student."""
+    import unicodedata
+
+    def notebook(name, student):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["scalebook"] = {"student": student}
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(nbformat.writes(nb))
+        return grade.Submission(name, path)
+
+    roster = ["victim", "Zoë", "bob"]
+    two = [notebook("Copy of victim", "victim"), notebook("Copy of Copy of victim", "victim")]
+    subs, warnings = grade.match_roster(two, roster)
+    assert sorted(s.student for s in subs) == ["Copy of Copy of victim", "Copy of victim"]
+    assert all("2 notebooks made for 'victim'" in w for w in warnings)
+    subs, _ = grade.match_roster(two[:1], roster)
+    assert [s.student for s in subs] == ["victim"]
+    decomposed = unicodedata.normalize("NFD", "Zoë")
+    assert decomposed != "Zoë"
+    subs, warnings = grade.match_roster([notebook(decomposed, "other")], roster)
+    assert [s.student for s in subs] == ["Zoë"] and not warnings
+    own = [notebook("bob", "bob"), notebook("mallory", "bob")]
+    subs, warnings = grade.match_roster(own, roster)
+    assert sorted(s.student for s in subs) == ["bob", "mallory"]
+    assert "made for 'bob', who handed in a notebook of their own" in warnings[0]
+
+
+def test_a_zip_bomb_is_cut_at_the_size_limit(tmp_path):
+    """A member that unpacks to more than the notebook size limit is written only up to
+    it, then reported as too big; the disk is not filled."""
+    z = tmp_path / "class.zip"
+    with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as f:
+        f.writestr("bomb.ipynb", b"\0" * (grade.MAX_NOTEBOOK_BYTES + 2**20))
+        f.writestr("alice.ipynb", "{}")
+        f.writestr("notes.txt", "not a notebook")
+    subs = {s.student: s for s in grade.find_submissions([z], tmp_path / "work")}
+    assert set(subs) == {"bomb", "alice"}
+    assert subs["bomb"].path.stat().st_size == grade.MAX_NOTEBOOK_BYTES + 1
+    assert "over the" in grade.read_notebook(subs["bomb"].path)[1]
 
 
 def _solutions_notebook(n):
@@ -227,3 +302,37 @@ def test_every_chapters_solutions_get_full_marks_through_the_sandboxes(chapter, 
     rows = (out / "grades.csv").read_text().splitlines()[1:]
     wrong = [r for r in rows if not r.endswith(",correct,1")]
     assert rows and not wrong, (out / "feedback" / "sol.md").read_text()
+
+
+def test_outputs_replace_planted_links_and_never_follow_them(tmp_path):
+    """A link planted in the grading folder (feedback/alice.md, grades.csv) pointing at an
+    instructor's file is replaced by the grader's file; the instructor's file is untouched."""
+    key = grade.load_key(CHAPTER)
+    g = grade.Grade("alice", None)
+    for item in key.items:
+        g.results[item.id], g.points[item.id] = ("wrong", "not yet."), 0.0
+    victim = tmp_path / "instructor-notes.txt"
+    victim.write_text("mine")
+    out = tmp_path / "grading"
+    (out / "feedback").mkdir(parents=True)
+    for link in (out / "feedback" / "alice.md", out / "grades.csv", out / "summary.md"):
+        link.symlink_to(victim)
+    grade.write_outputs([g], key, out)
+    assert victim.read_text() == "mine"
+    for f in (out / "feedback" / "alice.md", out / "grades.csv", out / "summary.md"):
+        assert f.is_file() and not f.is_symlink()
+
+
+def test_a_result_line_from_the_kernel_never_counts(monkeypatch):
+    """The kernel writes its own answers file: a "result": ["correct", ...] line there is
+    the student's word. A value answer is judged from its value; an exercise of a kind the
+    grader cannot judge outside the kernel gets no verdict, whatever the line says."""
+    key = grade.load_key(CHAPTER)
+    forged = {i.id: {"id": i.id, "result": ["correct", "forged"]} for i in key.items}
+    g = grade.Grade("mallory", None)
+    grade._evaluate_records(g, key, forged, None)
+    assert g.total == 0
+    monkeypatch.setattr(grade, "_how", lambda ex_id: "kernel")
+    g = grade.Grade("mallory", None)
+    grade._evaluate_records(g, key, forged, None)
+    assert g.total == 0 and all(s == "wrong" for s, _ in g.results.values())

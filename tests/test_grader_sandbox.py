@@ -67,7 +67,7 @@ if os.fork() == 0:
                 open(p, "w").write("student,exercise,status,points\\ndaemon,1.1,correct,99\\n")
             except Exception:
                 pass
-        time.sleep(60)
+        os.execv("/bin/sh", ["sh", "-c", "sleep 60 # {token}"])   # seen by ps if it lives
     os._exit(0)
 """,
         # overwrite the honest classmate's notebook and plant a link in the grading folder
@@ -153,14 +153,67 @@ for name in ("records.jsonl", "report.json", "worker.log"):
         pass
     os.symlink({str(host_note)!r}, box / name)
 """,
+        # answers that claim to equal anything: a float subclass, an object with __eq__,
+        # __float__ and __array__, a str subclass for the choice, functions returning them
+        "equals": """
+import numpy as np
+class Yes(float):
+    def __eq__(self, other): return True
+    __hash__ = float.__hash__
+class YesInt(int):
+    def __eq__(self, other): return True
+    __hash__ = int.__hash__
+class YesStr(str):
+    def __eq__(self, other): return True
+    __hash__ = str.__hash__
+class Anything:
+    def __eq__(self, other): return True
+    def __float__(self): return 1.0
+    def __index__(self): return 1
+    def __array__(self, *a, **k): return np.asarray(1.0)
+class YesTuple(tuple):
+    def __eq__(self, other): return True
+    __hash__ = tuple.__hash__
+answer_1_1, answer_1_2, answer_1_3 = Yes(1.0), Anything(), YesInt(1)
+answer_1_4, answer_1_5, answer_1_6, answer_1_7, answer_1_11 = [Anything()] * 5
+answer_1_8 = YesStr("?")
+matmul_time_bounds = lambda *a: YesTuple((Anything(), Yes(0.0)))
+smallest_compute_bound_batch = lambda *a: YesInt(1)
+""",
+        # not numbers: NaN and infinity everywhere
+        "nan": """
+nan, inf = float("nan"), float("inf")
+answer_1_1, answer_1_2, answer_1_3, answer_1_4 = nan, inf, -inf, nan
+answer_1_5 = answer_1_6 = answer_1_7 = answer_1_11 = nan
+matmul_time_bounds = lambda *a: (nan, inf)
+smallest_compute_bound_batch = lambda *a: inf
+""",
+        # lines forged into the answers file before the grader's own: an array that would
+        # take the grader's memory if decoded as sent (64 MB here; 16 GB took this
+        # machine's), a class reached through the package, nesting 5,000 deep
+        "forged": """
+import json, pathlib
+rec = pathlib.Path.cwd().parent / "records.jsonl"
+with open(rec, "a") as f:
+    f.write(json.dumps({"id": "1.1", "value": {"array": ["a"] * 4, "dtype": "U4194304"}}) + "\\n")
+    f.write(json.dumps({"id": "1.2", "value": {"object": "scalebook.grade:os.stat_result",
+                                                "fields": {}}}) + "\\n")
+    f.write('{"id": "1.3", "value": ' + '{"seq": [' * 5000 + '1' + ']}' * 5000 + '}\\n')
+    f.write(json.dumps({"id": "1.4", "value": {"bigint": 10**9}}) + "\\n")
+""",
     }
     for name, src in attacks.items():
         (subs / f"{name}.ipynb").write_text(_notebook(src))
+    # the honest answers, then one int too big for a float: that answer alone is lost
+    big = nbformat.reads(SOLUTIONS.read_text(), as_version=4)
+    big.cells.append(nbformat.v4.new_code_cell("answer_1_1 = 10**400"))
+    (subs / "bigint.ipynb").write_text(nbformat.writes(big))
     env = dict(os.environ, SCALEBOOK_SECRET=f"ENV-SECRET-{token}")
     t0 = time.time()
     run = subprocess.run([os.sys.executable, "-m", "scalebook.grade", str(subs), "--key",
                           str(CHAPTER), "--out", str(out), "--jobs", "2", "--time-limit", "120",
-                          "--cell-timeout", "30", "--secret-file", str(secret_file)],
+                          "--cell-timeout", "30", "--secret-file", str(secret_file),
+                          "--partial-credit"],      # a table of published cases: still 0
                          capture_output=True, text=True, env=env, timeout=600)
     seconds = time.time() - t0
     time.sleep(6)                      # longer than the daemon waits before writing
@@ -178,12 +231,18 @@ def test_the_honest_student_keeps_full_marks_and_no_attack_earns_a_point(attacke
     rows = _rows(attacked["out"])
     honest = [v for (s, _), v in rows.items() if s == "honest"]
     assert len(honest) == 11 and all(status == "correct" for status, _ in honest)
-    for name in ("forge", "daemon", "vandal", "backdoor", "spy", "links", "flood", "registry",
-                 "lookup"):
+    for name in ATTACKS:
         points = [p for (s, _), (_, p) in rows.items() if s == name]
         assert len(points) == 11 and sum(points) == 0, name
-    assert {s for s, _ in rows} == {"honest", "forge", "daemon", "vandal", "backdoor", "spy",
-                                    "links", "flood", "registry", "lookup"}
+    assert {s for s, _ in rows} == {"honest", "bigint", *ATTACKS}
+    # an answer the grader cannot send costs that answer, not the notebook's others
+    big = {e: v for (s, e), v in rows.items() if s == "bigint"}
+    assert big.pop("1.1")[0] == "wrong" and all(v == ("correct", 1.0) for v in big.values())
+    assert "too large" in (attacked["out"] / "feedback" / "bigint.md").read_text()
+
+
+ATTACKS = ("forge", "daemon", "vandal", "backdoor", "spy", "links", "flood", "registry",
+           "lookup", "equals", "nan", "forged")
 
 
 def test_nothing_outside_the_sandbox_changed_and_nothing_outlived_it(attacked):
@@ -213,8 +272,8 @@ def test_the_summary_names_the_package_that_graded(attacked):
 
 
 def test_the_red_team_run_is_quick(attacked):
-    # 10 notebooks, 2 at a time: well under the two minutes the issue allows
-    assert attacked["seconds"] < 120
+    # 14 notebooks, 2 at a time: under the two minutes the issue allows
+    assert attacked["seconds"] < 120, attacked["seconds"]
 
 
 def test_without_bwrap_the_grader_refuses(monkeypatch, tmp_path, capsys):
