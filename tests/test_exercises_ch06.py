@@ -140,6 +140,7 @@ HINTS = {
     "6.4": [(16 * N70 / 256 / 1e9, "shards those 12 bytes over DP"),
             (16 * N70 / 1024 / 1e9, "not over DP"),
             ((4 / 32 + 12 / 128) * N70 / 1e9, "TP splits"),
+            (RIGHT["6.4"] * 8, "bits"),
             (RIGHT["6.4"] * 1e9 / 2**30, "GiB"),
             ((2 / 256 + 12 / 1024) * N70 / 1e9, "bf16 gradients")],
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),

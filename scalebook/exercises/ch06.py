@@ -182,7 +182,8 @@ register(NumericExercise(
          "ZeRO-1 shards only the optimizer's fp32 state over DP; the bf16 weights and "
          "gradients are split over TP x FSDP (256 chips), not over DP."),
         (lambda a: _close(a, (4 / 32 + 12 / 128) * _n("llama3-70b") / 1e9),
-         "TP splits the parameters too: divide by TP x FSDP (x DP for the fp32 part)."),
+         "8x too large: TP splits the parameters too: divide by TP x FSDP (x DP for the "
+         "fp32 part). (Or bits counted for bytes?)"),
         (lambda a: _close(a, _state_70b_zero1() * 1e9 / 2**30),
          "that is GiB; the answer is in GB (1e9 bytes)."),
         (lambda a: _close(a, (2 / 256 + 12 / 1024) * _n("llama3-70b") / 1e9),
