@@ -13,7 +13,7 @@ import math
 
 from .. import parallelism as par
 from ..hardware import preview_chip
-from ..models import DEEPSEEK_V3, MLAConfig
+from ..models import DEEPSEEK_V3, MLAConfig, get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
                     as_number)
@@ -162,8 +162,8 @@ register(NumericExercise(
     rtol=0.02, reference=lambda: _V2_LITE.decode_intensity(True, 1, 2),
     hints=[
         (lambda a: _close(a, _ex5(H=128)),
-         "that is with DeepSeek-V3's 128 heads; DeepSeek-V2-Lite, the model asked about, "
-         "has 16."),
+         "8x too large: that is with DeepSeek-V3's 128 heads; DeepSeek-V2-Lite, the model "
+         "asked about, has 16. (Or bits counted for bytes?)"),
         (lambda a: _close(a, 2 * 16 * 576 / (576 * 2)),
          "count the weighted sum of latents too: 2 H d_c FLOPs per key besides the "
          "scores' 2 H (d_c + d_r)."),
@@ -178,16 +178,75 @@ register(NumericExercise(
 
 
 # 12.6 where the balancing bias acts -----------------------------------------------------
-register(ChoiceExercise(
-    id="12.6", title="Where the balancing bias acts",
-    choices=("selection", "gate", "both", "loss"), reference=lambda: "selection",
-    hints={"gate": "the gates that weight the experts' outputs use the raw scores; the bias "
-                   "would otherwise change what the model computes.",
-           "both": "the bias is added to the scores only to pick the top k; the gates use "
-                   "the raw scores.",
-           "loss": "that is the auxiliary loss DeepSeek-V3 does without: the bias is "
-                   "updated by a rule (minus gamma when overloaded, plus gamma when "
-                   "underloaded), not by a gradient."},
+# Four experts A-D: A overloaded (bias -bA), D underloaded (bias +bD); top-2. The bias
+# picks D over A or B; the gates use the raw scores.
+def _chosen6(sA, sB, sC, sD, bA, bD, biased=True):
+    """The two experts a token picks, by score plus bias (or the raw score)."""
+    s = {"A": sA + (-bA if biased else 0), "B": sB, "C": sC, "D": sD + (bD if biased else 0)}
+    return sorted(s, key=s.get, reverse=True)[:2]
+
+
+def _ex6(sA=0.90, sB=0.70, sC=0.60, sD=0.45, bA=0.25, bD=0.30):
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    return sD / sum(raw[e] for e in _chosen6(sA, sB, sC, sD, bA, bD))
+
+
+def _valid6(sA, sB, sC, sD, bA, bD):
+    """D is picked only with the bias, no two biased scores tie, and the answer and the
+    typical slips (the hints' numbers) are 3% apart or more."""
+    biased = sorted([sA - bA, sB, sC, sD + bD])
+    if not ("D" in _chosen6(sA, sB, sC, sD, bA, bD)
+            and "D" not in _chosen6(sA, sB, sC, sD, bA, bD, biased=False)
+            and all(y - x > 0.02 for x, y in zip(biased, biased[1:]))):
+        return False
+    values = [_ex6(sA, sB, sC, sD, bA, bD)] + _slips6(sA, sB, sC, sD, bA, bD)
+    return all(abs(x - y) > 0.03 * max(x, y) for i, x in enumerate(values)
+               for y in values[i + 1:])
+
+
+def _slips6(sA, sB, sC, sD, bA, bD):
+    """The typical slips' answers: the gate from the biased scores, D's raw score alone,
+    normalised over all four, the other chosen expert's gate."""
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    biased = {"A": sA - bA, "B": sB, "C": sC, "D": sD + bD}
+    picked = _chosen6(sA, sB, sC, sD, bA, bD)
+    other = next(e for e in picked if e != "D")
+    return [biased["D"] / sum(biased[e] for e in picked), sD, sD / sum(raw.values()),
+            raw[other] / (sD + raw[other])]
+
+
+def _ex6_hints(sA, sB, sC, sD, bA, bD):
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    biased = {"A": sA - bA, "B": sB, "C": sC, "D": sD + bD}
+    picked = _chosen6(sA, sB, sC, sD, bA, bD)
+    other = next(e for e in picked if e != "D")
+    return [
+        (lambda a: _close(a, biased["D"] / sum(biased[e] for e in picked)),
+         "the bias only chooses the experts: the gates are the raw scores, divided by the "
+         "sum of the k chosen raw scores."),
+        (lambda a: a == 0, "with its bias D is among the top 2: the bias is added to the "
+                           "scores to choose (the gates then use the raw scores)."),
+        (lambda a: _close(a, sD), "divide by the sum of the 2 chosen scores: the gates of a "
+                                  "token's experts add up to 1."),
+        (lambda a: _close(a, sD / sum(raw.values())),
+         "normalise over the 2 chosen experts only, not all four."),
+        (lambda a: _close(a, raw[other] / (sD + raw[other])),
+         f"that is the gate of {other}, the other expert chosen; the question asks for D's."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.6", title="Where the balancing bias acts", unit="fraction", rtol=0.01,
+    params={"sA": 0.90, "sB": 0.70, "sC": 0.60, "sD": 0.45, "bA": 0.25, "bD": 0.30},
+    choose={"sA": (0.85, 0.9, 0.95), "sB": (0.65, 0.7, 0.75), "sC": (0.55, 0.6),
+            "sD": (0.3, 0.35, 0.4, 0.45, 0.5), "bA": (0.2, 0.25, 0.3, 0.4),
+            "bD": (0.25, 0.3, 0.35, 0.4)},
+    solve=_ex6, hints_for=_ex6_hints, valid=_valid6,
+    statement="A DeepSeek-V3-style router (top-2 of four experts, sigmoid scores, "
+              "auxiliary-loss-free balancing) gives a token the scores A {sA}, B {sB}, "
+              "C {sC}, D {sD}. Expert A has been overloaded, and its balancing bias is now "
+              "-{bA}; D has been underloaded, and its bias is +{bD}; B's and C's are 0. "
+              "What weight (gate) does expert D's output get in the token's output?",
 ))
 
 
@@ -342,14 +401,14 @@ register(NumericExercise(
     reference=_ex11,
     hints=[
         (lambda a: _close(a, _ex11(s=2)), "the dispatch is in fp8: 1 byte per element."),
-        (lambda a: _close(a, 48 * _DS.top_k * _D, 0.002),
+        (lambda a: _close(a, 48 * _DS.top_k * _D, 0.0005),   # 1.0256x; kB as KiB 1.024x
          "the copies for the 8 GPUs of its own node (itself included) go over NVLink: "
          "(n_ep - 8) / n_ep of them leave on the card."),
-        (lambda a: _close(a, _ex11(local=1), 0.002),
+        (lambda a: _close(a, _ex11(local=1), 0.0005),      # 1.0224x
          "the other 7 GPUs of the node are reached over NVLink, not the card: "
          "(n_ep - 8) / n_ep."),
-        (lambda a: _close(a, _ex11() / _DS.top_k), "each token sends k = 8 copies, one per "
-                                                   "expert."),
+        (lambda a: _close(a, _ex11() / _DS.top_k), "8x too small: each token sends k = 8 "
+         "copies, one per expert. (Or bytes divided by 8 as if bits?)"),
     ],
 ))
 
@@ -442,16 +501,83 @@ register(CodeExercise(
 ))
 
 
-# 12.14 which matmul runs in fp8 ---------------------------------------------------------
-register(ChoiceExercise(
-    id="12.14", title="What DeepSeek-V3 runs in fp8",
-    choices=("expert_weight_gradient", "attention_scores", "router", "output_head"),
-    reference=lambda: "expert_weight_gradient",
-    aliases={"wgrad": "expert_weight_gradient", "weight_gradient": "expert_weight_gradient",
-             "gating": "router", "head": "output_head", "scores": "attention_scores"},
-    hints={"attention_scores": "the attention operator (scores and values) stays in "
-                               "bf16; fp8 is for the linear layers' matmuls.",
-           "router": "the MoE gating is kept in higher precision: it is small and its "
-                     "choices are sensitive.",
-           "output_head": "the embedding and the output head stay in bf16 or fp32."},
+# 12.14 what the fp8 recipe leaves in bf16 -----------------------------------------------
+_MODELS14 = ("llama3-8b", "llama3-70b", "llama3-405b")
+
+
+def _flops14(model, S, head_fp8=False, attn_fp8=False, causal=True):
+    """Forward FLOPs per token of a dense LLaMA: (in fp8, in bf16) under DeepSeek-V3's
+    recipe (the linear layers' matmuls in fp8; attention and the output head in bf16),
+    or a typical mistake. The backward repeats the split (2x each), so it cancels."""
+    m = get_model(model)
+    head = 2 * m.param_breakdown().output_head
+    attn = m.attention_flops_per_token(S, causal=causal)
+    fp8 = 2 * m.matmul_params() - head
+    bf16 = head + attn
+    if head_fp8:
+        fp8, bf16 = fp8 + head, bf16 - head
+    if attn_fp8:
+        fp8, bf16 = fp8 + attn, bf16 - attn
+    return fp8, bf16
+
+
+def _ex14(model="llama3-70b", S=8192, **kw):
+    fp8, bf16 = _flops14(model, S, **kw)
+    return bf16 / (bf16 + fp8 / 2)
+
+
+def _slips14(model, S):
+    """The typical slips' answers (the hints' numbers, but 0)."""
+    fp8, bf16 = _flops14(model, S)
+    return [bf16 / (bf16 + fp8), (3 * bf16 + 2 * fp8) / (3 * bf16 + 2 * fp8 + fp8 / 2),
+            _ex14(model, S, head_fp8=True), _ex14(model, S, attn_fp8=True),
+            _ex14(model, S, causal=False), (fp8 / 2) / (bf16 + fp8 / 2)]
+
+
+def _valid14(model, S):
+    """Every slip 3% or more from the answer (at a long context the output head is too
+    small a share to tell from the linear layers), and 1% from each other."""
+    ref, slips = _ex14(model, S), _slips14(model, S)
+    return (all(abs(x - ref) > 0.03 * max(x, ref) for x in slips)
+            and all(abs(x - y) > 0.01 * max(x, y) for i, x in enumerate(slips)
+                    for y in slips[i + 1:]))
+
+
+def _ex14_hints(model, S):
+    fp8, bf16 = _flops14(model, S)
+    return [
+        (lambda a: _close(a, bf16 / (bf16 + fp8)),
+         "that is the bf16 share of the FLOPs; a FLOP at the fp8 peak takes half the time "
+         "of one at the bf16 peak."),
+        (lambda a: _close(a, (3 * bf16 + 2 * fp8) / (3 * bf16 + 2 * fp8 + fp8 / 2)),
+         "the backward's two matmuls of each linear layer (the input gradient, Dgrad, and "
+         "the weight gradient, Wgrad) run in fp8 too, not only the forward."),
+        (lambda a: _close(a, _ex14(model, S, head_fp8=True)),
+         "the output head stays in bf16 (so do the embedding and the router)."),
+        (lambda a: _close(a, _ex14(model, S, attn_fp8=True)),
+         "the attention operator (scores and weighted sum of values) stays in bf16; fp8 is "
+         "for the linear layers."),
+        (lambda a: _close(a, _ex14(model, S, causal=False)),
+         "with the masked half skipped, a token meets (S + 1) / 2 keys on average: use "
+         "attention_flops_per_token(S, causal=True)."),
+        (lambda a: _close(a, (fp8 / 2) / (bf16 + fp8 / 2)),
+         "that is the fp8 matmuls' share of the time; the question asks for the work left "
+         "in bf16."),
+        (lambda a: a == 0,
+         "not everything runs in fp8: the attention and the output head stay in bf16."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.14", title="What the fp8 recipe leaves in bf16", unit="fraction", rtol=0.02,
+    params={"model": "llama3-70b", "S": 8192},
+    choose={"model": _MODELS14, "S": (4096, 8192, 16384, 32768, 65536, 131072)},
+    solve=_ex14, hints_for=_ex14_hints, valid=_valid14,
+    describe=lambda model, S: {"size": get_model(model).name.split("-")[-1].upper()},
+    statement="LLaMA-3 {size} (`scalebook.models.get_model(\"{model}\")`) is trained "
+              "with DeepSeek-V3's fp8 recipe at a context of $S$ = {S:,} tokens, with a "
+              "kernel that skips the masked half of the attention "
+              "(`attention_flops_per_token(S, causal=True)`). If every matmul runs at "
+              "its precision's peak (fp8 twice bf16), what fraction of the training "
+              "step's compute time goes to the matmuls that stay in bf16?",
 ))
