@@ -89,7 +89,8 @@ HINTS = {
     "12.3": [(40 * 512, "rotary key"), (2 * R3, "once, not as a key and a value"),
              (128 * R3, "per head")],
     "12.4": [(78, "stand-in"), (264, "90%"), (417, "2 bytes"), (R4 + 1, "round down")],
-    "12.5": [(8 * R5, "128 heads"), (8 * R5, "bits"), (16.0, "weighted sum of latents"), (R5 / 16, "read once"),
+    "12.5": [(8 * R5, "128 heads"), (8 * R5, "bits"), (16.0, "weighted sum of latents"),
+             (R5 / 16, "read once"),
              (2 * 16 * 1088 / 1024, "rotary key"), (2 * R5, "bf16"), (R5 / 2, "multiply-add")],
     # the gate from the biased scores; D left out (no bias in the choice); no
     # normalisation; over all four; B's gate; over D and A (the raw top 2 with D)

@@ -216,8 +216,8 @@ register(NumericExercise(
     id="7.5", title="An MQA fp8 cache shared by pairs of layers", unit="bytes", rtol=0.001,
     reference=_kv,
     hints=[
-        (lambda a: _close(a, _kv("gqa"), 0.001), "8x too large: that is GQA with 8 KV heads; MQA keeps one. (Or bits for "
-                                               "bytes?)"),
+        (lambda a: _close(a, _kv("gqa"), 0.001),
+         "8x too large: that is GQA with 8 KV heads; MQA keeps one. (Or bits for bytes?)"),
         (lambda a: _close(a, _kv(dtype="bf16"), 0.001),
          "2x too large: fp8 is 1 byte per element (not bf16's 2), and each pair of layers "
          "stores one K and V (126 / 2 = 63 stored layers)."),
