@@ -107,7 +107,8 @@ RIGHT = {
     # 3 / (N_mb + 3) <= 0.18 needs N_mb >= 3 x 0.82 / 0.18 = 13.7, so 14; 2,048 // 14 = 146
     # replicas of 8 x 4 chips
     "6.1": 146 * 8 * 4,
-    "6.2": 6 * N405 * 15.6e12 / (16384 * C_H100 * 0.40) / 86400,
+    # 3.6T tokens on 8,192 GPUs at 430 TFLOP/s, 12T on 16,384 at 400
+    "6.2": 6 * N405 * (3.6e12 / (8192 * 430e12) + 12e12 / (16384 * 400e12)) / 86400,
     "6.3": math.ceil(16 * N405 / (0.9 * HBM_V5P)),
     "6.4": (4 / 256 + 12 / 1024) * N70 / 1e9,     # ZeRO-1: fp32 state over DP too
     "6.5": 2 * 0.75 * (2 * N70 / 8) / DCN_H100,
@@ -135,10 +136,15 @@ HINTS = {
             (146 * 4, "tensor-parallel"), (146 * 8, "pipeline stages"),
             (147 * 32, "round the replicas down"), (2048 // 13 * 32, "N_mb = 13"),
             (146, "number of replicas")],
-    "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] * 0.4, "100% MFU"),
-            (RIGHT["6.2"] / 3, "not 2"),
-            # the H100's fp8 peak, 1979 TFLOP/s, for its bf16 one
-            (6 * N405 * 15.6e12 / (16384 * 1.979e15 * 0.40) / 86400, "fp8 peak")],
+    "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] / 3, "not 2"),
+            # all on one configuration; swapped; an average rate; one phase
+            (6 * N405 * 15.6e12 / (16384 * 400e12) / 86400, "add that phase's days"),
+            (6 * N405 * 15.6e12 / (8192 * 430e12) / 86400, "moved to 16,384"),
+            (6 * N405 * (3.6e12 / (16384 * 400e12) + 12e12 / (8192 * 430e12)) / 86400,
+             "swapped"),
+            (6 * N405 * 15.6e12 / ((8192 * 430e12 + 16384 * 400e12) / 2) / 86400,
+             "average rate"),
+            (6 * N405 * 3.6e12 / (8192 * 430e12) / 86400, "one phase")],
     "6.3": [(math.floor(16 * N405 / (0.9 * HBM_V5P)), "round up"),
             (math.ceil(16 * N405 / HBM_V5P), "10% of HBM"),
             (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),
@@ -250,11 +256,12 @@ def test_6_1_where_tp_equals_p_one_hint_names_both():
     assert "TP = P here" in _v("6.1", 58 * 4, v).message
 
 
-def test_6_2_a_variant_names_its_own_mfu():
-    v = {"chip": "gpu-b200", "gpus": 8192, "mfu": 0.50}
-    right = 6 * N405 * 15.6e12 / (8192 * 2.25e15 * 0.50) / 86400
-    assert _v("6.2", right, v).correct
-    assert "only 0.50 of their peak" in _v("6.2", right * 0.5, v).message
+def test_6_2_a_variant_names_its_own_phases():
+    v = {"first": 4.8, "r1": 450, "r2": 380}
+    right = 6 * N405 * (4.8e12 / (8192 * 450e12) + 10.8e12 / (16384 * 380e12)) / 86400
+    assert _v("6.2", right, v).correct and not _v("6.2", RIGHT["6.2"], v).correct
+    whole = 6 * N405 * 15.6e12 / (16384 * 380e12) / 86400
+    assert "the first 4.8T ran on 8,192 at 450" in _v("6.2", whole, v).message
 
 
 def test_6_3_variants_have_the_gib_hint_only_where_hbm_is_in_gib():

@@ -125,34 +125,62 @@ register(VariedNumericExercise(
 
 
 # 6.2 ------------------------------------------------------------------------------------
-def _days_405b(chip="gpu-h100", gpus=16384, mfu=0.40):
-    return get_model("llama3-405b").training_flops(15.6e12) / (
-        gpus * _peak(chip) * mfu) / 86400
+# Two phases of the 405B run at Table 4's achieved rates (section 6.2): the days add phase
+# by phase. (4.5 asks the one-configuration days from an MFU.)
+_TOKENS_405B = 15.6e12
 
 
-def _ex2_hints(chip, gpus, mfu):
-    days = _days_405b(chip, gpus, mfu)
+def _phase_days(tokens, gpus, tflops):
+    return 6 * _n("llama3-405b") * tokens / (gpus * tflops * 1e12) / 86400
+
+
+def _ex2(first=3.6, r1=430, r2=400):
+    rest = _TOKENS_405B - first * 1e12
+    return _phase_days(first * 1e12, 8192, r1) + _phase_days(rest, 16384, r2)
+
+
+def _ex2_hints(first, r1, r2):
+    days = _ex2(first, r1, r2)
+    T1, T = first * 1e12, _TOKENS_405B
     return [
+        (lambda a: _close(a, _phase_days(T, 16384, r2)),
+         f"that runs all 15.6T tokens on 16,384 GPUs; the first {first:g}T ran on 8,192 at "
+         f"{r1} TFLOP/s each: add that phase's days."),
+        (lambda a: _close(a, _phase_days(T, 8192, r1)),
+         f"that runs all 15.6T tokens on 8,192 GPUs; after the first {first:g}T the run "
+         f"moved to 16,384 at {r2} TFLOP/s each."),
+        (lambda a: _close(a, _phase_days(T1, 16384, r2) + _phase_days(T - T1, 8192, r1)),
+         "the phases are swapped: the first tokens ran on the 8,192 GPUs."),
+        (lambda a: _close(a, _phase_days(T, (8192 * r1 + 16384 * r2) / 2, 1)),
+         "time adds phase by phase (each phase's tokens over its own rate), not the whole "
+         "run over an average rate."),
+        (lambda a: _close(a, _phase_days(T1, 8192, r1)) or _close(a, _phase_days(T - T1, 16384,
+                                                                                 r2)),
+         "that is one phase; add the other."),
         (lambda a: _close(a, days * 24), "that is hours: divide by 24."),
-        (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
-                                          f"only {mfu:.2f} of their peak."),
         (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
-    ] + eight_bit_peak_hint(
-        chip, days,
-        "the run's MFU is of the dense bf16 peak.", rtol=0.02)
+    ]
+
+
+def _valid2(first, r1, r2):
+    """The phases' slips (all on one configuration, swapped) 3% or more from the answer."""
+    days, T1, T = _ex2(first, r1, r2), first * 1e12, _TOKENS_405B
+    slips = [_phase_days(T, 16384, r2), _phase_days(T, 8192, r1),
+             _phase_days(T1, 16384, r2) + _phase_days(T - T1, 8192, r1),
+             _phase_days(T, (8192 * r1 + 16384 * r2) / 2, 1)]
+    return all(abs(x - days) > 0.03 * days for x in slips)
 
 
 register(VariedNumericExercise(
-    id="6.2", title="Days for 405B on 16K H100s", unit="days", rtol=0.02,
-    params={"chip": "gpu-h100", "gpus": 16384, "mfu": 0.40},
-    choose={"chip": _GPUS, "gpus": (4096, 8192, 16384, 24576),
-            "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
-    solve=_days_405b, hints_for=_ex2_hints, chips=lambda gpus, **_: gpus,
-    describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}",
-                                      "gpus_k": f"{gpus // 1024}K"},
-    variant_title="Days for 405B on {gpus_k} {chip_short}s",
-    statement="LLaMA-3 405B on 15.6T tokens ($6 N N_{{\\mathrm{{tok}}}}$), on {gpus:,} "
-              "{chip_name} GPUs at {pct}% MFU: how many days?",
+    id="6.2", title="Days for 405B in two phases", unit="days", rtol=0.02,
+    params={"first": 3.6, "r1": 430, "r2": 400},
+    choose={"first": (1.2, 2.4, 3.6, 4.8, 6.0), "r1": (410, 430, 450),
+            "r2": (380, 400, 420)},
+    solve=_ex2, hints_for=_ex2_hints, valid=_valid2,
+    statement="Suppose LLaMA-3 405B's 15.6T tokens ($6 N N_{{\\mathrm{{tok}}}}$) ran in two "
+              "phases of section 6.2's Table 4: the first {first:g}T tokens on 8,192 H100s "
+              "achieving {r1} TFLOP/s per GPU, the rest on 16,384 achieving {r2}. How many "
+              "days did the run take?",
 ))
 
 
