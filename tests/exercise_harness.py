@@ -131,7 +131,9 @@ def standard_tests(chapter: int, right: dict, wrong: dict, hints: dict | None = 
 # Every other slip must be rejected, and its message is "own" (one of the exercise's
 # hints), "generic" (a generic hint naming a factor, a unit, a prefix, the ring factor,
 # the chips or a percentage) or "unspecific" (only too large / too small / far off). A
-# generic hint that names another slip than the one made ("misnamed") fails the test. A
+# generic hint that names another slip than the one made ("misnamed") fails the test, and
+# so does an exercise's own hint reached by a unit slip (GB/GiB, kB/KiB, bits/bytes) that
+# does not name the unit too (4.15's head, 1.0215x, once took the KiB slip's 1.024x). A
 # chapter's known pitfalls (its test file's WRONG and HINTS answers) are run through the
 # same classification. tests/test_slip_battery.py asserts the share of specific messages
 # over all chapters; tests/conftest.py prints the table at the end of a run, and
@@ -149,6 +151,9 @@ _NAMING = re.compile(r"^(about \d+x too (large|small)|\de\+\d\dx too (large|smal
                      r"that is the answer rounded to)")
 _UNSPECIFIC = re.compile(r"^(too (large|small)|the sign or the size is far off|"
                          r"expected a whole number)")
+
+
+_UNIT_KINDS = ("GB<->GiB, kB<->KiB", "bits<->bytes")
 
 
 @dataclass(frozen=True)
@@ -269,6 +274,12 @@ def run_battery(ex_id: str) -> list[Shot]:
                 # "the answer rounded to 1 significant figure": the slip lands on it
                 # exactly
                 if outcome == "generic" and "rounded to" not in r.message \
+                        and not any(w in r.message for w in slip.names):
+                    outcome = "misnamed"
+                # an exercise's own hint that a unit slip lands on (GB as GiB, bits for
+                # bytes: a coincidence of values, e.g. 8 heads and 8 bits) names the unit
+                # slip too, or the first case tells them apart
+                if outcome == "own" and slip.kind in _UNIT_KINDS \
                         and not any(w in r.message for w in slip.names):
                     outcome = "misnamed"
             shots.append(Shot(ex_id, params, slip, value, outcome, r.message))

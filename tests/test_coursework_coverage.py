@@ -49,6 +49,15 @@ def _generated():
             if isinstance(get_exercise(i), CodeExercise) and get_exercise(i).generate]
 
 
+def test_every_code_exercise_draws_inputs():
+    """Issue 25, item 4: a code exercise checked on its published cases alone passes a
+    lookup table of their answers; each draws inputs per call (or per student), and
+    test_drawn_inputs_are_valid_repeatable_and_new then runs the lookup table on it."""
+    code = [i for ch in _chapters() for i in chapter_ids(ch)
+            if isinstance(get_exercise(i), CodeExercise)]
+    assert code and set(code) == set(_generated()), sorted(set(code) - set(_generated()))
+
+
 @pytest.mark.parametrize("chapter", _chapters())
 def test_at_least_half_of_each_chapter_varies_per_student(chapter):
     ids = chapter_ids(chapter)

@@ -155,6 +155,7 @@ HINTS["4.3"] += [(2 * RIGHT["4.3"], "bf16 bytes")]
 HINTS["4.6"] += [(2 * RIGHT["4.6"], "causal=False"), (RIGHT["4.6"] * M8["H"] // M8["K"], "every query head")]
 HINTS["4.7"] = [(RIGHT["4.7"] / 8, "8 key/value heads"), (RIGHT["4.7"] / 2, "both cached"),
                 (RIGHT["4.7"] * 8, "multiplies it by G = 8, not by H"),
+                (RIGHT["4.7"] * 8, "bits"), (RIGHT["4.7"] / 8, "bits"),
                 (RIGHT["4.7"] * 2, "that is bf16"), (RIGHT["4.7"] / 4, "chapter's figure"),
                 (RIGHT["4.7"] / 80, "one layer"),
                 (RIGHT["4.7"] * 1.01, "off by more than 0.1%")]
@@ -197,7 +198,8 @@ MISTAKES_4_15 = [
     (M70["L"] * (KEPT70 + SCORES70) * 2, "dots_saveable"),
 ]
 WRONG["4.15"] = [a for a, _ in MISTAKES_4_15]
-HINTS["4.15"] = list(MISTAKES_4_15)
+# kB read as KiB (1.024x) is not the head added (1.0215x)
+HINTS["4.15"] = list(MISTAKES_4_15) + [(RIGHT["4.15"] * 1.024, "KiB")]
 
 # 4.16: 70B, fp8 weights, int4 cache (0.5 byte), 4 H100s, 32K context
 N70 = n_params(**M70)

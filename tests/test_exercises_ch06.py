@@ -104,8 +104,11 @@ def deep_pipeline(model, chip, n, B):
 
 
 RIGHT = {
-    "6.1": 6 * N8 * 15e12,
-    "6.2": 6 * N405 * 15.6e12 / (16384 * C_H100 * 0.40) / 86400,
+    # 3 / (N_mb + 3) <= 0.18 needs N_mb >= 3 x 0.82 / 0.18 = 13.7, so 14; 2,048 // 14 = 146
+    # replicas of 8 x 4 chips
+    "6.1": 146 * 8 * 4,
+    # 3.6T tokens on 8,192 GPUs at 430 TFLOP/s, 12T on 16,384 at 400
+    "6.2": 6 * N405 * (3.6e12 / (8192 * 430e12) + 12e12 / (16384 * 400e12)) / 86400,
     "6.3": math.ceil(16 * N405 / (0.9 * HBM_V5P)),
     "6.4": (4 / 256 + 12 / 1024) * N70 / 1e9,     # ZeRO-1: fp32 state over DP too
     "6.5": 2 * 0.75 * (2 * N70 / 8) / DCN_H100,
@@ -118,7 +121,8 @@ RIGHT = {
 }
 
 WRONG = {
-    "6.1": [2 * N8 * 15e12, 6 * N8 * 15e12 * 1.05, 6 * 8e9 * 15e12],
+    "6.1": [2048 * 32, 2048 // 17 * 32, 146 * 4, 146 * 8, 147 * 32, 2048 // 13 * 32, 146,
+            146 * 32 + 1, 4096],
     "6.3": [math.ceil(16 * N405 / (0.9 * HBM_V5P)) - 1],
     "6.9": ["compute", "nvlink", "bubble"],
     "6.11": [too_few_microbatches, wrong_product, not_a_dict, deep_pipeline],
@@ -126,12 +130,21 @@ WRONG = {
 }
 
 HINTS = {
-    "6.1": [(2 * N8 * 15e12, "forward pass only"), (4 * N8 * 15e12, "4 N N_tok"),
-            (3 * N8 * 15e12, "3 N N_tok"), (12 * N8 * 15e12, "12 N N_tok")],
-    "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] * 0.4, "100% MFU"),
-            (RIGHT["6.2"] / 3, "not 2"),
-            # the H100's fp8 peak, 1979 TFLOP/s, for its bf16 one
-            (6 * N405 * 15.6e12 / (16384 * 1.979e15 * 0.40) / 86400, "fp8 peak")],
+    # no bubble limit; (P - 1) / N_mb <= 0.18 (N_mb 17); TP or PP left out; replicas
+    # rounded up; N_mb 13; the replicas alone
+    "6.1": [(2048 * 32, "one microbatch per replica"), (2048 // 17 * 32, "not (P - 1) / N_mb"),
+            (146 * 4, "tensor-parallel"), (146 * 8, "pipeline stages"),
+            (147 * 32, "round the replicas down"), (2048 // 13 * 32, "N_mb = 13"),
+            (146, "number of replicas")],
+    "6.2": [(RIGHT["6.2"] * 24, "hours"), (RIGHT["6.2"] / 3, "not 2"),
+            # all on one configuration; swapped; an average rate; one phase
+            (6 * N405 * 15.6e12 / (16384 * 400e12) / 86400, "add that phase's days"),
+            (6 * N405 * 15.6e12 / (8192 * 430e12) / 86400, "moved to 16,384"),
+            (6 * N405 * (3.6e12 / (16384 * 400e12) + 12e12 / (8192 * 430e12)) / 86400,
+             "swapped"),
+            (6 * N405 * 15.6e12 / ((8192 * 430e12 + 16384 * 400e12) / 2) / 86400,
+             "average rate"),
+            (6 * N405 * 3.6e12 / (8192 * 430e12) / 86400, "one phase")],
     "6.3": [(math.floor(16 * N405 / (0.9 * HBM_V5P)), "round up"),
             (math.ceil(16 * N405 / HBM_V5P), "10% of HBM"),
             (math.ceil(2 * N405 / (0.9 * HBM_V5P)), "bf16 weights only"),
@@ -140,6 +153,7 @@ HINTS = {
     "6.4": [(16 * N70 / 256 / 1e9, "shards those 12 bytes over DP"),
             (16 * N70 / 1024 / 1e9, "not over DP"),
             ((4 / 32 + 12 / 128) * N70 / 1e9, "TP splits"),
+            (RIGHT["6.4"] * 8, "bits"),
             (RIGHT["6.4"] * 1e9 / 2**30, "GiB"),
             ((2 / 256 + 12 / 1024) * N70 / 1e9, "bf16 gradients")],
     "6.5": [(RIGHT["6.5"] / 2, "one gather"), (RIGHT["6.5"] * 8, "TP shard"),
@@ -225,19 +239,29 @@ def _v(ex, answer, variant):
 
 def test_6_1_a_variant():
     from scalebook.exercises import get_exercise
-    v = {"model": "llama3-405b", "tokens": 2e12}
-    right = 6 * N405 * 2e12
+    # 7 / (N_mb + 7) <= 0.16 needs N_mb >= 36.75, so 37; 3,072 // 37 = 83 replicas of 4 x 8
+    v = {"seqs": 3072, "tp": 4, "P": 8, "beta": 0.16}
+    right = 83 * 4 * 8
     assert _v("6.1", right, v).correct and not _v("6.1", RIGHT["6.1"], v).correct
-    assert "forward pass only" in _v("6.1", right / 3, v).message
+    assert "round the replicas down" in _v("6.1", 84 * 32, v).message
+    assert "not (P - 1) / N_mb" in _v("6.1", 3072 // 44 * 32, v).message
     ex = get_exercise("6.1").with_variant(v)
-    assert ex.title_text() == "Training FLOPs of 405B" and "$2 \\times 10^{12}$" in ex.text()
+    assert "3,072 sequences" in ex.text() and "at most 16%" in ex.text()
 
 
-def test_6_2_a_variant_names_its_own_mfu():
-    v = {"chip": "gpu-b200", "gpus": 8192, "mfu": 0.50}
-    right = 6 * N405 * 15.6e12 / (8192 * 2.25e15 * 0.50) / 86400
-    assert _v("6.2", right, v).correct
-    assert "only 0.50 of their peak" in _v("6.2", right * 0.5, v).message
+def test_6_1_where_tp_equals_p_one_hint_names_both():
+    # 3 / (N_mb + 3) <= 0.08 needs N_mb >= 34.5, so 35; 2,048 // 35 = 58 replicas of 4 x 4
+    v = {"seqs": 2048, "tp": 4, "P": 4, "beta": 0.08}
+    assert _v("6.1", 58 * 16, v).correct
+    assert "TP = P here" in _v("6.1", 58 * 4, v).message
+
+
+def test_6_2_a_variant_names_its_own_phases():
+    v = {"first": 4.8, "r1": 450, "r2": 380}
+    right = 6 * N405 * (4.8e12 / (8192 * 450e12) + 10.8e12 / (16384 * 380e12)) / 86400
+    assert _v("6.2", right, v).correct and not _v("6.2", RIGHT["6.2"], v).correct
+    whole = 6 * N405 * 15.6e12 / (16384 * 380e12) / 86400
+    assert "the first 4.8T ran on 8,192 at 450" in _v("6.2", whole, v).message
 
 
 def test_6_3_variants_have_the_gib_hint_only_where_hbm_is_in_gib():

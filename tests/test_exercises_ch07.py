@@ -185,7 +185,7 @@ HINTS = {   # a typical mistake -> words its hint must contain
             (TTFT_TRAINING, "training")],
     "7.4": [(I_NAIVE, "naive kernel"), (S4, "G/(G + 1)"), (I_G1, "128 / 8 = 16")],
     # 8 KV heads vs bf16 or no sharing (2x) vs both (4x) vs keys only vs one layer
-    "7.5": [(8 * KV_MQA8, "MQA keeps one"), (2 * KV_MQA8, "1 byte"),
+    "7.5": [(8 * KV_MQA8, "MQA keeps one"), (8 * KV_MQA8, "bits"), (2 * KV_MQA8, "1 byte"),
             (4 * KV_MQA8, "4x too large"), (KV_MQA8 / 2, "keys AND values"),
             (KV_MQA8 / 63, "one layer")],
     # the embedding table left out of the weights lands on FIT + 1 too
@@ -198,7 +198,8 @@ HINTS = {   # a typical mistake -> words its hint must contain
     "7.8": [("memory", "hops of 1 µs"), ("compute", "FLOPs, 2 N_mm B / (16 C), are tiny")],
     "7.9": [(NO_DRAFT_COST, "draft steps"), (GAMMA_TERMS, "gamma + 1 terms"),
             (5 / 1.4, "alpha = 1"), (100 * SPEEDUP, "as a ratio (198% is 1.98)"),
-            (100 * (SPEEDUP - 1), "how much faster, in percent")],
+            (100 * (SPEEDUP - 1), "how much faster, in percent"),
+            (1 / SPEEDUP, "other way round")],
     # weights read twice vs overlapped kernels vs the prefix left out vs the whole prompt's
     # square vs matmuls at the weight read only vs no attention
     "7.15": [(STEP_15_APART, "read once"), (STEP_15_OVERLAP, "one after the other"),

@@ -81,16 +81,21 @@ HINTS = {
              # the H100 SXM's own 132 SMs at 1.83 GHz; its 1.83 GHz (or its 1.98 GHz boost)
              # with this GPU's 114 SMs
              (132 * 4096 * 1.83e9, "own peak"), (114 * 4096 * 1.83e9, "1,620 MHz"),
-             (114 * 4096 * 1.98e9, "1,620 MHz")],
+             (114 * 4096 * 1.98e9, "1,620 MHz"), (132 * 4096 * 1.62e9, "own SM count (")],
     "11.2": [(1.0, "last wave"), (100 * R2, "not a percentage"), (168 / 132, "not a share"),
-             (1 - R2, "idle share"), (36 / 132, "last wave's fill")],
+             (1 - R2, "idle share"), (36 / 132, "last wave's fill"),
+             # 256 x 128 tiles: 2 x 112 = 224 in 2 waves; another GPU's SM count
+             (224 / (2 * 132), "not the other way round"), (168 / (2 * 114), "132 SMs"),
+             (168 / (2 * 108), "132 SMs"), (168 / (2 * 148), "132 SMs")],
     "11.3": [(2 * 3 / 4 * 512e6 / W_NVL_H100, "ring's whole time"),
              (512e6 / W_NVL_H100, "time with in-switch"), (2 * R3, "twice the saving"),
              (18 * R3, "all of a GPU's NVLinks"), (R3 * 2**20 / 1e6, "binary/decimal"),
              ((1 - 3 / 4) * 512e6 / W_NVL_H100, "2 (n - 1) / n M"),
              # NVLink taken at its two-way 9e11 bytes/s: half the saving, the same number
              # as one phase when n = 4, so the hint names both
-             ((2 * 3 / 4 - 1) * 512e6 / (2 * W_NVL_H100), "two-way")],
+             ((2 * 3 / 4 - 1) * 512e6 / (2 * W_NVL_H100), "two-way"),
+             (1.5, "how many times faster"), (-R3, "positive"),
+             ((2 * 7 / 8 - 1) * 512e6 / W_NVL_H100, "not the node's 8")],
     "11.4": [(max(NV4, NIC4), "pipelined"), (2 * 31 / 32 * M4 / W_NIC, "flat ring"),
              (NIC4, "between nodes only"), (R4 + 7 * NIC4, "only its 1/8"),
              (2 * R4, "2 bytes per parameter"), (R4 - NV4 / 2, "both NVLink phases"),
@@ -100,27 +105,39 @@ HINTS = {
              # the one-phase slip, so one hint names both
              (NV4 + NIC4 / 2, "not (m - 1) / m (M / g)"),
              (NV4 + NIC4 / 2, "both NVLink phases"),
-             (R4 * 2**30 / 1e9, "2**30 / 1e9")],
+             (R4 * 2**30 / 1e9, "2**30 / 1e9"),
+             (NV4 * 18 + NIC4, "not one link"), (NV4 + NIC4 / 8, "multiply it by 8"),
+             (NV4 + NIC4 * (31 / 32) / (3 / 4), "not 31/32")],
     "11.5": [(45000 * 127 / 128, "flat figure"),
              (C_B200 * (T5_NIC + T5_NVL) / 4, "pipelined"),
              (7 / 8 * 2 * C_B200 / (2 * W_NVL_B200), "inside one node"),
              (R5 / 2, "4 FLOPs per weight element"),
-             # the 6 N rule: forward and backward counted, b >= C T / 6
-             (C_B200 * max(T5_NIC, T5_NVL) / 6, "backward pass alone")],
+             (R5 * 312e12 / C_B200, "not the A100"), (R5 * 989e12 / C_B200, "not the H100"),
+             (R5 * 4 / 6, "backward pass alone"),
+             (R5 * (127 / 128) / (15 / 16), "not 127/128")],
     "11.6": [(5, "rounded to whole GPUs"), (6, "rounded to whole GPUs"),
              (1 + 3 * 53248 * W_NVL_H100 / (2 * C_H100), "NVLink's"),
              (1 + 2 * 53248 * W_NIC / (2 * C_H100), "3 matmuls"), (R6 - 1, "add the 1"),
-             (2 * R6 - 1, "s = 2 bytes")],
+             (2 * R6 - 1, "s = 2 bytes"), (2 * R6 - 1, "two-way ring"),
+             (1 + (R6 - 1) / 2, "s = 2 bytes per element."),
+             (1 + 8 * (R6 - 1), "multiply it by 8"),
+             (1 + 3 * 16384 * W_NIC / (2 * C_H100), "not D")],
     "11.7": [(C_H100 * 31 / 32 * 2 / W_NIC / 3, "7 / n_ep"),
              (C_H100 * 24 / 32 * 2 / W_NIC / 3, "add the NVLink part"),
              (C_H100 * 2 * (7 / 8 / W_NVL_H100 + 24 / 32 / W_NIC) / 3, "not 7/8"),
              (R7 * 3 / 2, "3 matmuls"), (2 * R7, "2x too large"), (R7 / 2, "2x too small"),
              # bf16 taken as 4 bytes doubles F* as well
-             (C_H100 * 4 * T7 / 3, "s = 2 bytes")],
+             (C_H100 * 4 * T7 / 3, "s = 2 bytes"),
+             (C_H100 * 2 * (7 / 32 / W_NVL_H100 + 24 / 32 / 400e9) / 3, "multiply it by 8"),
+             (C_H100 * 2 * (3 / 32 / W_NVL_H100 + 28 / 32 / W_NIC) / 3, "8 GPUs each"),
+             (3 * R7, "F* = C T(s) / 3")],
     "11.8": [(R8 / 2, "fp32"), (2 * R8, "all-reduce"), (16 * R8, "1 / (8 pp)"),
+             (8 * R8, "own card"), (128 * R8, "1 / (8 pp)"),
              (R8 * W_NIC / W_NVL_H100, "dcn_bandwidth"), (R8 / 128, "copies"),
              (R8 * 2**30 / 1e9, "2**30 / 1e9")],
-    "11.9": [(2 * R9, "1 byte"), (8 * R9, "1/8"), (R9 * 1e9 / 2**30, "binary/decimal")],
+    "11.9": [(2 * R9, "1 byte"), (8 * R9, "1/8"), (R9 * 1e9 / 2**30, "binary/decimal"),
+             (N405 / (8 * W_NVL_H100), "not over NVLink"),
+             (2 * N405 / (8 * 1979e12), "almost no time"), (16 * R9, "16x too large")],
     "11.13": [("communication", "3 matmuls")],
     "11.14": [("command_buffer", "launch"), ("triton_gemm", "matmul kernels"),
               ("all_gather_combine_threshold_bytes", "already large")],
@@ -182,6 +199,27 @@ def hier_card_half(nbytes, local, nodes, chip):
             + (nodes - 1) / nodes * nbytes / local / c.dcn_bandwidth)
 
 
+def waves_turned(B, F, sms, tile_b, tile_f):
+    tiles = math.ceil(B / tile_f) * math.ceil(F / tile_b)
+    return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def waves_count(B, F, sms, tile_b, tile_f):
+    return math.ceil(math.ceil(B / tile_b) * math.ceil(F / tile_f) / sms)
+
+
+def waves_padding(B, F, sms, tile_b, tile_f):
+    return B * F / (math.ceil(B / tile_b) * tile_b * math.ceil(F / tile_f) * tile_f)
+
+
+def hier_variant(nv_factor=1.0, nic=None):
+    def fn(nbytes, local, nodes, chip):
+        c = get_chip(chip)
+        nv = 2 * (local - 1) / local * nbytes / c.ici_bandwidth
+        return nv_factor * nv + nic(nbytes, local, nodes, c)
+    return fn
+
+
 def waves_no_waves(B, F, sms, tile_b, tile_f):
     return min(1.0, math.ceil(B / tile_b) * math.ceil(F / tile_f) / sms)
 
@@ -235,12 +273,20 @@ CODE_WRONG = {   # (wrong answer, a phrase its message must contain)
                hier_right(nbytes, local, nodes, chip)
                - (local - 1) / local * nbytes / get_chip(chip).ici_bandwidth,
                "both NVLink phases"),
-              (hier_flat, "flat ring"), (hier_card_half, "not (nodes - 1) / nodes"),
-              (lambda *a: "1 ms", "a number")],
+              (hier_card_half, "not (nodes - 1) / nodes"),
+              (hier_flat, "flat ring"), (lambda *a: "1 ms", "a number"),
+              # the card as bits/s; the node's ring factor between nodes; 1/nodes of the array
+              (hier_variant(nic=lambda b, g, m, c: 2 * (m - 1) / m * b / g / (8 * c.dcn_bandwidth)),
+               "multiply it by 8"),
+              (hier_variant(nic=lambda b, g, m, c: 2 * (g - 1) / g * b / g / c.dcn_bandwidth),
+               "one GPU per node"),
+              (hier_variant(nic=lambda b, g, m, c: 2 * (m - 1) / m * b / m / c.dcn_bandwidth),
+               "not 1/nodes")],
     "11.11": [(waves_floor, "ceil"), (waves_no_waves, "count the waves"),
               (lambda *a: 100 * waves_right(*a), "percentage"),
               (lambda *a: waves_right(*a) / 2, "2x too small"),
-              (waves_useful, "useful share")],
+              (waves_turned, "not the other way round"), (waves_count, "number of waves"),
+              (waves_padding, "the padding"), (waves_useful, "useful share")],
     "11.12": [(lambda b: jax.lax.psum_scatter(b, ("node", "gpu"), scatter_dimension=0,
                                               tiled=True), "flat reduce-scatter"),
               (hier_rs_node_first, "comes first"), (hier_rs_wrong_places, "wrong places"),

@@ -280,15 +280,16 @@ register(NumericExercise(
     rtol=0.001, reference=_kv_mha_70b,
     hints=[
         (lambda a: _close(a, _kv_70b(1), 0.001),
-         "that caches only the 8 key/value heads of GQA; here every one of the 64 query heads "
-         "keeps its own key and value."),
+         "8x too small: that caches only the 8 key/value heads of GQA; here every one of the "
+         "64 query heads keeps its own key and value (or bytes divided by 8 as if bits?)."),
         (lambda a: _close(a, _kv_70b(2), 0.001),
          "that is the chapter's figure (GQA, bf16): drop GQA and store 1 byte per element."),
         (lambda a: _close(a, _kv_mha_70b(2), 0.001), "that is bf16; fp8 is 1 byte per element."),
         (lambda a: _close(a, _kv_mha_70b() / 2, 0.001), "2x too small: keys and values are "
          "both cached, at 1 byte each in fp8."),
-        (lambda a: _close(a, 8 * _kv_mha_70b(), 0.001), "the GQA figure already counts the 8 "
-         "key/value heads: going to all 64 heads multiplies it by G = 8, not by H."),
+        (lambda a: _close(a, 8 * _kv_mha_70b(), 0.001), "8x too large: the GQA "
+         "figure already counts the 8 key/value heads: going to all 64 heads multiplies it by "
+         "G = 8, not by H. (Or bits counted for bytes?)"),
         (lambda a: _close(a, _kv_mha_70b() / _m("llama3-70b").n_layers, 0.001),
          "that is one layer; every layer keeps its own keys and values."),
     ],
@@ -589,7 +590,7 @@ register(NumericExercise(
          "the SiLU-gated product is elementwise, not a matmul output: this policy "
          "recomputes it from the gate and up outputs."),
         (lambda a: _close(a, _weight_dots_70b() + 2 * (2 * _m("llama3-70b").d_model
-                                                      + _m("llama3-70b").vocab_size), 0.004),
+                                                      + _m("llama3-70b").vocab_size), 0.001),
          "the question asks for the layers only: leave out the head's 2D + V."),
         (lambda a: _close(a, _weight_dots_70b(_wd(_m("llama3-70b").d_model)), 0.005),
          "W_d's output is not kept: nothing in the layer's backward pass needs it (it only "

@@ -49,73 +49,138 @@ def _sci(x, digits=None):
 
 
 # 6.1 ------------------------------------------------------------------------------------
-def _flops_8b(model="llama3-8b", tokens=15e12):
-    return get_model(model).training_flops(tokens)
+# Where the batch runs out (section 6.5): a pipeline replica of TP x P chips needs N_mb
+# microbatches of one or more whole sequences, and N_mb >= (P - 1)(1 - beta) / beta for a
+# bubble (P - 1) / (N_mb + P - 1) of at most beta; the batch's sequences feed at most
+# floor(sequences / N_mb) replicas.
+def _fewest_mb(P, beta):
+    """The fewest microbatches whose 1F1B bubble is at most ``beta`` (found with
+    parallelism.bubble_fraction, so the rule is the chapter's)."""
+    n = 1
+    while par.bubble_fraction(P, n) > beta + 1e-12:
+        n += 1
+    return n
 
 
-def _ex1_hints(model, tokens):
-    flops = _flops_8b(model, tokens)
+def _chips61(seqs=2048, tp=8, P=4, beta=0.18, n_mb=None, round_up=False):
+    n_mb = _fewest_mb(P, beta) if n_mb is None else n_mb
+    replicas = math.ceil(seqs / n_mb) if round_up else seqs // n_mb
+    return replicas * tp * P
+
+
+def _ex1_hints(seqs, tp, P, beta):
+    n_mb = _fewest_mb(P, beta)
+    over_work = math.ceil((P - 1) / beta - 1e-9)        # (P - 1) / N_mb <= beta
     return [
-        (lambda a: _close(a, flops / 3), "that is 2 N N_tok, the forward pass only: the "
-                                         "backward pass costs twice the forward."),
-        (lambda a: _close(a, flops * 2 / 3), "that is 4 N N_tok: add the forward pass (2N per "
-                                             "token) to the backward (4N)."),
-        (lambda a: _close(a, flops / 2),
-         "that is 3 N N_tok: a multiply-add is 2 FLOPs, so a token costs 2 N forward "
-         "and 4 N backward."),
-        (lambda a: _close(a, 2 * flops), "that is 12 N N_tok: the 6 already counts a "
-                                         "multiply-add as 2 FLOPs (2 N forward, 4 N "
-                                         "backward)."),
+        (lambda a: a == seqs * tp * P,
+         f"with one microbatch per replica the bubble is {P - 1} / {P} of the step: each "
+         "replica needs N_mb microbatches with (P - 1) / (N_mb + P - 1) <= the limit."),
+        (lambda a: a == _chips61(seqs, tp, P, beta, n_mb=over_work),
+         "the bubble is (P - 1) / (N_mb + P - 1) of the step, not (P - 1) / N_mb."),
+        (lambda a: a == _chips61(seqs, tp, P, beta) // tp,
+         f"a replica is TP x P = {tp} x {P} chips: count the tensor-parallel ones too"
+         + (" (or the pipeline stages: TP = P here)." if tp == P else ".")),
+        (lambda a: a == _chips61(seqs, tp, P, beta) // P,
+         f"a replica is TP x P = {tp} x {P} chips: count the pipeline stages too."),
+        (lambda a: a == _chips61(seqs, tp, P, beta, round_up=True),
+         "round the replicas down: each needs N_mb whole sequences."),
+        (lambda a: a == _chips61(seqs, tp, P, beta, n_mb=n_mb - 1),
+         f"with N_mb = {n_mb - 1} the bubble is above the limit: round the microbatches "
+         "up."),
+        (lambda a: a == seqs // n_mb,
+         "that is the number of replicas; each has TP x P chips."),
     ]
 
 
-def _ex1_words(model, tokens):
-    mantissa, exponent = _sci(tokens).split("e")
-    return {**_words(model), "T": f"{tokens / 1e12:g}T",
-            "tokens_tex": f"${mantissa} \\times 10^{{{exponent}}}$"}
+def _valid61(seqs, tp, P, beta):
+    """Every slip a different number from the answer and from each other (rounding the
+    replicas up is no slip where N_mb divides the sequences)."""
+    ex = _chips61(seqs, tp, P, beta)
+    n_mb = _fewest_mb(P, beta)
+    slips = [seqs * tp * P, _chips61(seqs, tp, P, beta, n_mb=math.ceil((P - 1) / beta - 1e-9)),
+             ex // tp, _chips61(seqs, tp, P, beta, n_mb=n_mb - 1), seqs // n_mb]
+    if tp != P:                 # where TP = P one hint names both
+        slips.append(ex // P)
+    if seqs % n_mb:
+        slips.append(_chips61(seqs, tp, P, beta, round_up=True))
+    return ex > 0 and len(set(slips + [ex])) == len(slips) + 1
 
 
 register(VariedNumericExercise(
-    id="6.1", title="Training FLOPs of 8B", unit="FLOPs", rtol=0.002,
-    params={"model": "llama3-8b", "tokens": 15e12},
-    choose={"model": _MODELS, "tokens": (1e12, 2e12, 5e12, 10e12, 15e12)},
-    solve=_flops_8b, hints_for=_ex1_hints, describe=_ex1_words,
-    variant_title="Training FLOPs of {size}",
-    statement="With the rule $6 N N_{{\\mathrm{{tok}}}}$, how many FLOPs does pre-training "
-              "{model_name} on {T} ({tokens_tex}) tokens take? Use the exact parameter "
-              "count. Answer in FLOPs.",
+    id="6.1", title="The most chips a batch can feed", unit="chips", integer=True,
+    params={"seqs": 2048, "tp": 8, "P": 4, "beta": 0.18},
+    # limits for which (P - 1)(1 - beta) / beta is never a whole number: no N_mb sits on
+    # the limit, where a float's last digit would decide it
+    choose={"seqs": (512, 1024, 1536, 2048, 3072, 4096), "tp": (4, 8), "P": (4, 8, 16),
+            "beta": (0.08, 0.16, 0.18, 0.22)},
+    solve=_chips61, hints_for=_ex1_hints, valid=_valid61,
+    describe=lambda seqs, tp, P, beta: {"pct": f"{beta:.0%}"},
+    statement="A training batch holds {seqs:,} sequences. The plan runs TP {tp} x PP {P} "
+              "(a 1F1B pipeline of {P} stages) per replica, with the replicas (the FSDP and "
+              "DP axes) sharing the batch; each replica cuts its share into $N_{{\\mathrm"
+              "{{mb}}}}$ microbatches of one or more whole sequences, and the bubble, "
+              "$(P - 1) / (N_{{\\mathrm{{mb}}}} + P - 1)$ of the step, may be at most "
+              "{pct}. How many chips at most can such a plan keep busy?",
 ))
 
 
 # 6.2 ------------------------------------------------------------------------------------
-def _days_405b(chip="gpu-h100", gpus=16384, mfu=0.40):
-    return get_model("llama3-405b").training_flops(15.6e12) / (
-        gpus * _peak(chip) * mfu) / 86400
+# Two phases of the 405B run at Table 4's achieved rates (section 6.2): the days add phase
+# by phase. (4.5 asks the one-configuration days from an MFU.)
+_TOKENS_405B = 15.6e12
 
 
-def _ex2_hints(chip, gpus, mfu):
-    days = _days_405b(chip, gpus, mfu)
+def _phase_days(tokens, gpus, tflops):
+    return 6 * _n("llama3-405b") * tokens / (gpus * tflops * 1e12) / 86400
+
+
+def _ex2(first=3.6, r1=430, r2=400):
+    rest = _TOKENS_405B - first * 1e12
+    return _phase_days(first * 1e12, 8192, r1) + _phase_days(rest, 16384, r2)
+
+
+def _ex2_hints(first, r1, r2):
+    days = _ex2(first, r1, r2)
+    T1, T = first * 1e12, _TOKENS_405B
     return [
+        (lambda a: _close(a, _phase_days(T, 16384, r2)),
+         f"that runs all 15.6T tokens on 16,384 GPUs; the first {first:g}T ran on 8,192 at "
+         f"{r1} TFLOP/s each: add that phase's days."),
+        (lambda a: _close(a, _phase_days(T, 8192, r1)),
+         f"that runs all 15.6T tokens on 8,192 GPUs; after the first {first:g}T the run "
+         f"moved to 16,384 at {r2} TFLOP/s each."),
+        (lambda a: _close(a, _phase_days(T1, 16384, r2) + _phase_days(T - T1, 8192, r1)),
+         "the phases are swapped: the first tokens ran on the 8,192 GPUs."),
+        (lambda a: _close(a, _phase_days(T, (8192 * r1 + 16384 * r2) / 2, 1)),
+         "time adds phase by phase (each phase's tokens over its own rate), not the whole "
+         "run over an average rate."),
+        (lambda a: _close(a, _phase_days(T1, 8192, r1)) or _close(a, _phase_days(T - T1, 16384,
+                                                                                 r2)),
+         "that is one phase; add the other."),
         (lambda a: _close(a, days * 24), "that is hours: divide by 24."),
-        (lambda a: _close(a, days * mfu), "that is at 100% MFU: the chips deliver "
-                                          f"only {mfu:.2f} of their peak."),
         (lambda a: _close(a, days / 3), "6 FLOPs per parameter and token, not 2."),
-    ] + eight_bit_peak_hint(
-        chip, days,
-        "the run's MFU is of the dense bf16 peak.", rtol=0.02)
+    ]
+
+
+def _valid2(first, r1, r2):
+    """The phases' slips (all on one configuration, swapped) 3% or more from the answer."""
+    days, T1, T = _ex2(first, r1, r2), first * 1e12, _TOKENS_405B
+    slips = [_phase_days(T, 16384, r2), _phase_days(T, 8192, r1),
+             _phase_days(T1, 16384, r2) + _phase_days(T - T1, 8192, r1),
+             _phase_days(T, (8192 * r1 + 16384 * r2) / 2, 1)]
+    return all(abs(x - days) > 0.03 * days for x in slips)
 
 
 register(VariedNumericExercise(
-    id="6.2", title="Days for 405B on 16K H100s", unit="days", rtol=0.02,
-    params={"chip": "gpu-h100", "gpus": 16384, "mfu": 0.40},
-    choose={"chip": _GPUS, "gpus": (4096, 8192, 16384, 24576),
-            "mfu": (0.30, 0.35, 0.40, 0.45, 0.50)},
-    solve=_days_405b, hints_for=_ex2_hints, chips=lambda gpus, **_: gpus,
-    describe=lambda chip, gpus, mfu: {**_words(chip=chip), "pct": f"{mfu * 100:g}",
-                                      "gpus_k": f"{gpus // 1024}K"},
-    variant_title="Days for 405B on {gpus_k} {chip_short}s",
-    statement="LLaMA-3 405B on 15.6T tokens ($6 N N_{{\\mathrm{{tok}}}}$), on {gpus:,} "
-              "{chip_name} GPUs at {pct}% MFU: how many days?",
+    id="6.2", title="Days for 405B in two phases", unit="days", rtol=0.02,
+    params={"first": 3.6, "r1": 430, "r2": 400},
+    choose={"first": (1.2, 2.4, 3.6, 4.8, 6.0), "r1": (410, 430, 450),
+            "r2": (380, 400, 420)},
+    solve=_ex2, hints_for=_ex2_hints, valid=_valid2,
+    statement="Suppose LLaMA-3 405B's 15.6T tokens ($6 N N_{{\\mathrm{{tok}}}}$) ran in two "
+              "phases of section 6.2's Table 4: the first {first:g}T tokens on 8,192 H100s "
+              "achieving {r1} TFLOP/s per GPU, the rest on 16,384 achieving {r2}. How many "
+              "days did the run take?",
 ))
 
 
@@ -182,7 +247,8 @@ register(NumericExercise(
          "ZeRO-1 shards only the optimizer's fp32 state over DP; the bf16 weights and "
          "gradients are split over TP x FSDP (256 chips), not over DP."),
         (lambda a: _close(a, (4 / 32 + 12 / 128) * _n("llama3-70b") / 1e9),
-         "TP splits the parameters too: divide by TP x FSDP (x DP for the fp32 part)."),
+         "8x too large: TP splits the parameters too: divide by TP x FSDP (x DP for the "
+         "fp32 part). (Or bits counted for bytes?)"),
         (lambda a: _close(a, _state_70b_zero1() * 1e9 / 2**30),
          "that is GiB; the answer is in GB (1e9 bytes)."),
         (lambda a: _close(a, (2 / 256 + 12 / 1024) * _n("llama3-70b") / 1e9),

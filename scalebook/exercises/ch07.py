@@ -216,7 +216,8 @@ register(NumericExercise(
     id="7.5", title="An MQA fp8 cache shared by pairs of layers", unit="bytes", rtol=0.001,
     reference=_kv,
     hints=[
-        (lambda a: _close(a, _kv("gqa"), 0.001), "that is GQA with 8 KV heads; MQA keeps one."),
+        (lambda a: _close(a, _kv("gqa"), 0.001),
+         "8x too large: that is GQA with 8 KV heads; MQA keeps one. (Or bits for bytes?)"),
         (lambda a: _close(a, _kv(dtype="bf16"), 0.001),
          "2x too large: fp8 is 1 byte per element (not bf16's 2), and each pair of layers "
          "stores one K and V (126 / 2 = 63 stored layers)."),
@@ -347,6 +348,9 @@ def _hints79(alpha, gamma, rho):
          "token of its own)."),
         (lambda a: _close(a, (gamma + 1) / cost),
          "that assumes every draft token is accepted (alpha = 1)."),
+        (lambda a: _close(a, 1 / _speedup(alpha, gamma, rho)),
+         "that is the ratio the other way round: the speed-up is the rate with speculation "
+         "over the rate without."),
         (lambda a: _close(a, 100 * _speedup(alpha, gamma, rho)),
          "that is the speed-up as a percentage; give it as a ratio (198% is 1.98)."),
         (lambda a: _close(a, 100 * (_speedup(alpha, gamma, rho) - 1)),

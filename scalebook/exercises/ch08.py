@@ -710,7 +710,7 @@ register(NumericExercise(
         (lambda a: _close(a, _B13 * _bytes13(experts=_ds3().top_k)), "the weights are read "
          "once per step for all 16 tokens, not once per token."),
         (lambda a: _close(a, _bytes13(s_w=2.0)), "fp8 weights are 1 byte each, not 2."),
-        (lambda a: _close(a, _bytes13(fixed=False)), "that is the routed experts alone; add "
+        (lambda a: _close(a, _bytes13(fixed=False), 0.005), "that is the routed experts alone; add "
          "the weights every token meets: attention, the 3 dense layers' MLPs, the shared "
          "experts, the routers and the output head."),
         (lambda a: _close(a, _bytes13(layers=_ds3().dense.n_layers)), "only 58 of the 61 "
@@ -766,6 +766,9 @@ def _hints14(page, short, long, n):
         (lambda a: a == held(matmul_only=True),
          "the weights are all N parameters at 1 byte (the embedding table sits in HBM too), "
          "not only the N_mm of the matmuls; and only whole pairs fit (round down)."),
+        (lambda a: 2 * a == held(),
+         "that is the number of pairs, half the answer: each pair is two requests, one of "
+         "each kind."),
         (lambda a: a % 2 == 1 or a == math.ceil(held(pairs=False) / 2) * 2,
          "the two kinds come in equal numbers: count whole pairs that fit (round down), "
          "two requests each."),

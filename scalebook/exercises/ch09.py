@@ -184,6 +184,15 @@ def _hints94(lead, rows, cols):
 
     def padded(**kw):
         return _padded_94(shape, **kw)
+
+    def also(**kw):
+        """A standard slip that gives the same number on this shape, named too."""
+        ratio = padded(**kw) / padded()
+        for factor, slip in [(1 / 1.024, "kB read as KiB"), (1.024, "KiB read as kB"),
+                             (8, "bits counted for bytes"), (1 / 8, "bytes divided by 8")]:
+            if abs(ratio / factor - 1) < 0.004:
+                return f" (Or {slip}?)"
+        return ""
     return [
         (lambda a: a == padded(tile=()), "that is the size without padding: the tiles "
                                          "of the two minor dimensions are stored whole."),
@@ -196,7 +205,8 @@ def _hints94(lead, rows, cols):
          "and f32 numbers are 4 bytes each."),
     ] if padded(tile=(8, 1)) == padded(dtype="bfloat16") else [
         (lambda a: a == padded(tile=(8, 1)),
-         f"the minor dimension ({cols}) is padded too, to a multiple of 128."),
+         f"the minor dimension ({cols}) is padded too, to a multiple of 128."
+         + also(tile=(8, 1))),
         (lambda a: a == padded(dtype="bfloat16"), "f32 numbers are 4 bytes each."),
     ]) + [
     ] + ([
@@ -207,7 +217,7 @@ def _hints94(lead, rows, cols):
          f"second-minor dimension ({rows}) to a multiple of 8 and the minor one ({cols}) to "
          f"a multiple of 128, not the other way round"
          + (", and tile only those two." if padded(tile=(128, 8)) == padded(tile=(8, 128, 1))
-            else ".")),
+            else ".") + also(tile=(128, 8))),
     ] if padded(tile=(128, 8)) != padded() else []) + [
         (lambda a: a == padded(tile=(8, 128, 1)),
          f"the tile covers the two minor dimensions ({rows} and {cols}), not the ones "

@@ -89,7 +89,19 @@ def _ex1_hints(sms, clock_mhz, gen):
                                        "Cores together; do not multiply by them again."),
         (lambda a: _close(a, ref / 4), "4x too small: the rate per SM covers its 4 Tensor "
                                        "Cores; multiply by the SMs, not the Tensor Cores."),
-    ]
+    ] + _own_chip_hints(sms, clock_mhz, gen, ref)
+
+
+def _own_chip_hints(sms, clock_mhz, gen, ref):
+    """The reference GPU's own SM count taken for this GPU's (its own clock, and its own
+    peak, have hints of their own in _ex1_hints)."""
+    c = get_chip(_GEN_CHIP[gen])
+    mhz = c.tensor_clock / 1e6
+    own = [("SM count", _ex1(c.sm_count, clock_mhz, gen))]
+    return [(lambda a, v=v: _close(a, v, 0.005),
+             f"that uses the {c.display_name}'s own {what} ({c.sm_count} SMs at {mhz:,.0f} "
+             f"MHz); this GPU has {sms} SMs at {clock_mhz:,} MHz.")
+            for what, v in own if not math.isclose(v, ref, rel_tol=0.03)]
 
 
 def _ex1_words(sms, clock_mhz, gen):
@@ -143,6 +155,16 @@ def _ex2_hints(B, F, chip):
          "tiles / SMs is more than 1, not a share: divide the tiles by the slots of all "
          "the waves, waves x SMs."),
     ]
+    for other in sorted({108, 114, 132, 148} - {w.sms}):     # another GPU's SM count
+        share = w.tiles / (math.ceil(w.tiles / other) * other)
+        if not math.isclose(share, w.efficiency, rel_tol=0.03):
+            hints.append((lambda a, share=share: _close(a, share, 0.005),
+                          f"this {_name(chip)} has {w.sms} SMs, so {w.sms} tiles a wave."))
+    turned = _waves(B, F, chip, tile=(256, 128)).efficiency
+    if not math.isclose(turned, w.efficiency, rel_tol=0.03):
+        hints.append((lambda a: _close(a, turned, 0.005),
+                      "the tile is t_B x t_F = 128 x 256: 128 rows of B by 256 columns of "
+                      "F, not the other way round."))
     if floor_tiles and floor_tiles != w.tiles:
         fw = math.ceil(floor_tiles / w.sms)
         hints.append((lambda a: _close(a, floor_tiles / (fw * w.sms), 0.01),
@@ -194,7 +216,16 @@ def _ex3_hints(n, MB, chip):
                                                  "(its ici_bandwidth), not one link."),
         (lambda a: _close(a, ref * 2 ** 20 / 1e6, 0.005),
          "off by a binary/decimal prefix: 1 MB is 1e6 bytes here."),
-    ]
+        (lambda a: _close(a, ring / sharp),
+         "that is how many times faster the in-switch reduction is; the question asks for "
+         "the seconds it saves."),
+        (lambda a: _close(a, -ref), "a saving is the ring's time minus the in-switch time: "
+                                    "a positive number of seconds."),
+    ] + ([
+        (lambda a: _close(a, _ex3(8, MB, chip)),
+         f"the ring runs over the {n} GPUs that all-reduce, not the node's 8: "
+         f"(n - 1) / n = {n - 1}/{n}."),
+    ] if n != 8 else [])
     one_phase = ("the ring all-reduce sends 2 (n - 1) / n M from each GPU (a reduce-scatter "
                  "and an all-gather), not (n - 1) / n M")
     two_way = (f"W_nvl is one direction, the GPU's ici_bandwidth ({sci(c.ici_bandwidth)} "
@@ -239,6 +270,7 @@ def _ex4_hints(nodes, chip, dtype, model="llama3-8b"):
     n = 8 * nodes
     nic_only = 2 * (nodes - 1) / nodes * M / 8 / c.dcn_bandwidth
     nvl_one = 7 / 8 * M / c.ici_bandwidth
+    nvl_two = 2 * nvl_one
     ref = _ex4(nodes, chip, dtype)
     other = "bf16" if dtype == "fp32" else "fp32"
     return [
@@ -262,6 +294,16 @@ def _ex4_hints(nodes, chip, dtype, model="llama3-8b"):
          or _close(a, ref * 1e9 / 2 ** 30, 0.005),
          "off by 2**30 / 1e9 = 1.074: the gradient's bytes and the bandwidths are both "
          "decimal (1 GB = 1e9 bytes); do not convert one of them to GiB."),
+        (lambda a: _close(a, ref - nvl_two + nvl_two * c.ici_links, 0.005),
+         "the NVLink phases use all of a GPU's links together (its ici_bandwidth), not "
+         "one link."),
+        (lambda a: _close(a, ref - nic_only + nic_only / 8, 0.005),
+         "the card's dcn_bandwidth is already in bytes/s (400 Gb/s is 5e10 bytes/s): do "
+         "not multiply it by 8."),
+        (lambda a: _close(a, ref - nic_only + nic_only * (n - 1) / n * nodes / (nodes - 1),
+                          0.005) and nodes > 1,
+         f"between nodes the ring has one GPU per node, the {nodes} that hold the same "
+         f"block: (n - 1) / n = {nodes - 1}/{nodes}, not {n - 1}/{n}."),
     ]
 
 
@@ -321,11 +363,21 @@ def _ex5_hints(chip, nodes):
         (lambda a: _close(a, ref / 2) or _close(a, ref * 2),
          "2x off: the backward pass does 4 FLOPs per weight element per token (two matmuls "
          "of 2), against the all-reduce of that element's s = 2 bytes."),
-        (lambda a: _close(a, ref * 4 / 6),
+        *[(lambda a, o=o: _close(a, ref * get_chip(o).bf16_flops / get_chip(chip).bf16_flops,
+                                 0.005),
+           f"use the {_name(chip)}'s own peak C ({get_chip(chip).bf16_flops:.3g} FLOP/s), "
+           f"not the {_name(o)}'s.")
+          for o in ("gpu-a100", "gpu-h100", "gpu-b200") if o != chip],
+        (lambda a: _close(a, ref * 4 / 6, 0.005),
          "2/3 of the answer: that counts 6 FLOPs per weight element and token (the whole "
          "step's 6 N); the gradient's all-reduce overlaps the backward pass alone, 4 FLOPs "
          "(two matmuls of 2), so b >= C T_comm(s) / 4."),
-    ]
+    ] + ([
+        (lambda a: _close(a, ref * (8 * nodes - 1) / (8 * nodes) * nodes / (nodes - 1),
+                          0.005),
+         f"between nodes the ring has one GPU per node: (n - 1) / n = {nodes - 1}/{nodes}, "
+         f"not {8 * nodes - 1}/{8 * nodes}."),
+    ] if nodes > 1 and ref > par.data_parallel_critical_batch(chip, 8) * 1.03 else [])
 
 
 register(VariedNumericExercise(
@@ -380,9 +432,19 @@ def _ex6_hints(model, chip, where):
          "the gated MLP has 3 matmuls (gate, up, down) behind its one all-reduce, not 2."),
         (lambda a: _close(a, ref - 1, 0.005),
          "the ring's (n - 1)/n gives n - 1 <= 3 F W / (s C): add the 1."),
-        (lambda a: _close(a, _ex6(model, chip, where, s=1), 0.005)
-         or _close(a, _ex6(model, chip, where, s=4), 0.005),
+        (lambda a: _close(a, _ex6(model, chip, where, s=1), 0.005),
+         "the activations the all-reduce carries are bf16: s = 2 bytes per element"
+         + (" (or did you take a two-way ring? on the cards it is one-way, W = "
+            "dcn_bandwidth)." if where == "cards" else ".")),
+        (lambda a: _close(a, _ex6(model, chip, where, s=4), 0.005),
          "the activations the all-reduce carries are bf16: s = 2 bytes per element."),
+        (lambda a: _close(a, 1 + 8 * (ref - 1), 0.005) and where == "cards",
+         "the card's dcn_bandwidth is already in bytes/s (400 Gb/s is 5e10 bytes/s): do "
+         "not multiply it by 8."),
+        (lambda a: _close(a, 1 + (ref - 1) * get_model(model).d_model
+                          / get_model(model).d_ff, 0.005),
+         "the MLP's matmuls are D x F: the FLOPs per all-reduced element grow with F "
+         "(d_ff), not D."),
     ]
 
 
@@ -444,6 +506,15 @@ def _ex7_hints(chip, n_ep, matmuls):
                                        "s = 2 bytes, not 4."),
         (lambda a: _close(a, ref / 2), "2x too small: count both all-to-alls (dispatch and "
                                        "combine) of D s bytes per routed copy."),
+        (lambda a: _close(a, width(7 / n_ep / Wn + (n_ep - 8) / n_ep / (8 * Wd)), 0.005),
+         "the card's dcn_bandwidth is already in bytes/s (400 Gb/s is 5e10 bytes/s): do "
+         "not multiply it by 8."),
+        (lambda a: _close(a, width(3 / n_ep / Wn + (n_ep - 4) / n_ep / Wd), 0.005),
+         "the nodes hold 8 GPUs each: 7 of a GPU's peers share its node (NVLink), "
+         "n_ep - 8 are on other nodes (the card)."),
+        (lambda a: _close(a, ref * matmuls, 0.005),
+         f"the expert's FLOPs per routed copy are {2 * matmuls} D F against the "
+         f"all-to-alls' 2 D s bytes: F* = C T(s) / {matmuls}."),
     ]
 
 
@@ -483,7 +554,10 @@ def _ex8_hints(model, pp, dp, dtype):
          f"the gradients are reduced in {dtype}: {_DTYPE_BYTES[dtype]} bytes each."),
         (lambda a: _close(a, 2 * ref), "a reduce-scatter sends (n - 1) / n of the shard once; "
                                        "2 (n - 1) / n is an all-reduce."),
-        (lambda a: _close(a, ref * 8) or _close(a, ref * pp) or _close(a, ref * 8 * pp),
+        (lambda a: _close(a, ref * 8),
+         "8x too large: each GPU holds 1 / (8 pp) of the parameters (TP splits them 8 "
+         "ways), and each GPU has its own card: the node's 8 do not share one."),
+        (lambda a: _close(a, ref * pp) or _close(a, ref * 8 * pp),
          "each GPU holds 1 / (8 pp) of the parameters: TP splits them 8 ways and the "
          "pipeline pp ways."),
         (lambda a: _close(a, ref * h.dcn_bandwidth / h.ici_bandwidth),
@@ -530,8 +604,17 @@ register(NumericExercise(
         (lambda a: _close(a, _ex9(weight_bytes=2)), "fp8 weights take 1 byte each, not 2."),
         (lambda a: _close(a, _ex9(gpus=1)), "the 8 GPUs each read their own 1/8 of the "
                                             "weights at once."),
+        (lambda a: _close(a, _ex9(weight_bytes=2, gpus=1)),
+         "16x too large: fp8 weights take 1 byte each, and the 8 GPUs each read their own "
+         "1/8 at once."),
         (lambda a: _close(a, _ex9() * 1e9 / 2 ** 30, 0.005),
          "off by a binary/decimal prefix: the bandwidth is in bytes/s, decimal."),
+        (lambda a: _close(a, _ex9() * get_chip("gpu-h100").hbm_bandwidth
+                          / get_chip("gpu-h100").ici_bandwidth),
+         "each GPU reads its weights from its own HBM (hbm_bandwidth), not over NVLink."),
+        (lambda a: 0 < a < _ex9() / 20,
+         "far too small: at batch 1 the FLOPs take almost no time; the step waits for the "
+         "weights to be read from HBM."),
     ],
 ))
 
@@ -574,6 +657,12 @@ def _variant(**slip):
             t = nv + nic / 2
         elif slip.get("flat"):
             t = 2 * (g * m - 1) / (g * m) * nbytes / slow
+        elif slip.get("card_bits"):
+            t = nv + nic / 8
+        elif slip.get("split_nodes"):
+            t = nv + 2 * (m - 1) / m * nbytes / m / slow
+        elif slip.get("node_ring"):
+            t = nv + 2 * (g - 1) / g * nbytes / g / slow
         else:
             t = nv + nic
         v = _num(got)
@@ -602,6 +691,14 @@ register(CodeExercise(
         (_variant(card_half=True), "between nodes the block is all-reduced: 2 (nodes - 1) / "
                                    "nodes x (nbytes / local) on the card, a reduce-scatter "
                                    "and an all-gather, not (nodes - 1) / nodes x it."),
+        (_variant(card_bits=True), "the chip's dcn_bandwidth is already in bytes/s: do not "
+                                   "multiply it by 8."),
+        (_variant(split_nodes=True), "between nodes each GPU all-reduces the 1/local block "
+                                     "it holds after the node's reduce-scatter, not "
+                                     "1/nodes of the array."),
+        (_variant(node_ring=True), "between nodes the ring has one GPU per node: its factor "
+                                   "is 2 (nodes - 1) / nodes, not the node's (local - 1) / "
+                                   "local."),
     ],
 ))
 
@@ -614,9 +711,11 @@ def _waves_ref(B, F, sms, tile_b, tile_f):
 
 # The first case tells floor from ceil (B and F not multiples of the tile: floor gives
 # 1 x 3 = 3 tiles, ceil 2 x 4 = 8), all in one wave that leaves most SMs idle; the fourth
-# has a partial last wave (192 tiles on 148 SMs); the others vary the tiles and the SMs.
+# has a partial last wave (192 tiles on 148 SMs); the third tells t_B x t_F from the tile
+# turned round (2 x 40 = 80 tiles against 1 x 79: on the others the two give the same
+# share); the others vary the tiles and the SMs.
 _CASES_11 = [(200, 1000, 132, 128, 256), (4096, 28672, 132, 128, 256),
-             (64, 8192, 108, 64, 128), (1000, 3000, 148, 128, 128),
+             (96, 5000, 108, 64, 128), (1000, 3000, 148, 128, 128),
              (8192, 8192, 132, 256, 128)]
 
 
@@ -637,8 +736,10 @@ def _useful(got, want, args):
             and math.isclose(v, useful, rel_tol=1e-9))
 
 
-def _eff_with(got, args, floor=False, waves=True):
+def _eff_with(got, args, floor=False, waves=True, turned=False):
     B, F, sms, tb, tf = args
+    if turned:
+        tb, tf = tf, tb
     tiles = (B // tb) * (F // tf) if floor else math.ceil(B / tb) * math.ceil(F / tf)
     if tiles == 0:
         return False
@@ -662,6 +763,19 @@ register(CodeExercise(
          "count the waves, ceil(tiles / sms): the SMs wait through the last, partial wave."),
         (_useful, "that is the useful share, padding counted out (section 11.1's other "
                   "measure); here a tile counts whole, padded or not: tiles / (waves x sms)."),
+        (lambda got, want, args: _num(got) is not None and _num(got) >= 1
+         and _num(got) == math.ceil(math.ceil(args[0] / args[3]) * math.ceil(args[1] / args[4])
+                                    / args[2]),
+         "that is the number of waves; return the share of their SM-tile slots that compute "
+         "a tile, tiles / (waves x sms)."),
+        (lambda got, want, args: _num(got) is not None and math.isclose(
+            _num(got), args[0] * args[1] / (math.ceil(args[0] / args[3]) * args[3]
+                                            * math.ceil(args[1] / args[4]) * args[4]),
+            rel_tol=1e-9),
+         "that is the share of the tiles' elements that are real (the padding); count SM-tile "
+         "slots instead: tiles / (waves x sms)."),
+        (lambda got, want, args: _eff_with(got, args, turned=True),
+         "the tile is t_B x t_F: tile_b cuts B and tile_f cuts F, not the other way round."),
     ],
 ))
 

@@ -13,7 +13,7 @@ import math
 
 from .. import parallelism as par
 from ..hardware import preview_chip
-from ..models import DEEPSEEK_V3, MLAConfig
+from ..models import DEEPSEEK_V3, MLAConfig, get_model
 from .core import register
 from .kinds import (ChoiceExercise, CodeExercise, NumericExercise, VariedNumericExercise,
                     as_number)
@@ -44,6 +44,10 @@ def _ex1_hints(k, F):
          "that counts the shared expert too; the question asks for the routed ones."),
         (lambda a: _close(a, _DS.moe_layers * _DS.n_experts * 3 * _D * F),
          "that is every routed expert, what memory holds; a token meets only k of them."),
+        (lambda a: _close(a, _DS.moe_layers * k * _D * F),
+         "an expert is a gated MLP: three matrices (gate, up, down) of D x F each."),
+        (lambda a: _close(a, k * 3 * _D * F),
+         f"that is one layer; count all {_DS.moe_layers} MoE layers."),
     ]
 
 
@@ -109,6 +113,12 @@ def _ex3_hints(L, dtype):
          + (", and an fp8 value is 1 byte." if dtype == "fp8" else ".")),
         (lambda a: _close(a, 128 * L * 576 * s), "the latent is shared by all heads: "
                                                  "cache it once per layer, not per head."),
+        (lambda a: _close(a, 576 * s), f"that is one layer; this model has {L}."),
+        (lambda a: _close(a, 61 * 576 * s) and L != 61,
+         f"this model has {L} layers (DeepSeek-V3's 61 are not the question)."),
+        (lambda a: _close(a, L * 128 * (192 + 128) * s),
+         "that is the uncompressed cache, every head's key (128 + 64) and value (128); MLA "
+         "caches the latent and the rotary key, d_c + d_r per layer."),
     ]
 
 
@@ -144,6 +154,11 @@ register(NumericExercise(
         (lambda a: a == math.ceil((0.9 * 16 * 80e9 - _DS.weight_bytes(1))
                                   / (32768 * 61 * 576 * 2)),
          "round down: a sequence that does not fit whole does not fit."),
+        (lambda a: a == math.floor(0.9 * 16 * 80e9 / (32768 * 61 * 576 * 2)),
+         "subtract the fp8 weights first: the cache gets what they leave."),
+        (lambda a: a == _ex4(gpus=1) or a == math.floor(
+            (0.9 * 80e9 - _DS.weight_bytes(1) / 16) / (32768 * 61 * 576 * 2)),
+         "that is one GPU's share; the 16 GPUs hold the sequences together."),
     ],
 ))
 
@@ -162,8 +177,8 @@ register(NumericExercise(
     rtol=0.02, reference=lambda: _V2_LITE.decode_intensity(True, 1, 2),
     hints=[
         (lambda a: _close(a, _ex5(H=128)),
-         "that is with DeepSeek-V3's 128 heads; DeepSeek-V2-Lite, the model asked about, "
-         "has 16."),
+         "8x too large: that is with DeepSeek-V3's 128 heads; DeepSeek-V2-Lite, the model "
+         "asked about, has 16. (Or bits counted for bytes?)"),
         (lambda a: _close(a, 2 * 16 * 576 / (576 * 2)),
          "count the weighted sum of latents too: 2 H d_c FLOPs per key besides the "
          "scores' 2 H (d_c + d_r)."),
@@ -173,21 +188,96 @@ register(NumericExercise(
          "the cache read per key includes the rotary key: (d_c + d_r) s bytes."),
         (lambda a: _close(a, _ex5(s=1)), "the cache is bf16: 2 bytes per value."),
         (lambda a: _close(a, _ex5() / 2), "a multiply-add is 2 FLOPs."),
+        (lambda a: _close(a, (2 * 16 * 192 + 2 * 16 * 128) / (576 * 2)),
+         "absorbed, the queries meet the latent itself: 2 H (d_c + d_r) FLOPs per key for "
+         "the scores and 2 H d_c for the weighted sum, not the heads' 192 and 128."),
+        (lambda a: _close(a, _ex5() * 576 / (16 * 320)),
+         "the bytes read per key are the cache's, the latent and the rotary key "
+         "(d_c + d_r) s, not every head's uncompressed key and value."),
+        (lambda a: _close(a, 1 / _ex5()), "that is bytes per FLOP; the intensity is FLOPs "
+                                          "per byte, its inverse."),
     ],
 ))
 
 
 # 12.6 where the balancing bias acts -----------------------------------------------------
-register(ChoiceExercise(
-    id="12.6", title="Where the balancing bias acts",
-    choices=("selection", "gate", "both", "loss"), reference=lambda: "selection",
-    hints={"gate": "the gates that weight the experts' outputs use the raw scores; the bias "
-                   "would otherwise change what the model computes.",
-           "both": "the bias is added to the scores only to pick the top k; the gates use "
-                   "the raw scores.",
-           "loss": "that is the auxiliary loss DeepSeek-V3 does without: the bias is "
-                   "updated by a rule (minus gamma when overloaded, plus gamma when "
-                   "underloaded), not by a gradient."},
+# Four experts A-D: A overloaded (bias -bA), D underloaded (bias +bD); top-2. The bias
+# picks D over A or B; the gates use the raw scores.
+def _chosen6(sA, sB, sC, sD, bA, bD, biased=True):
+    """The two experts a token picks, by score plus bias (or the raw score)."""
+    s = {"A": sA + (-bA if biased else 0), "B": sB, "C": sC, "D": sD + (bD if biased else 0)}
+    return sorted(s, key=s.get, reverse=True)[:2]
+
+
+def _ex6(sA=0.90, sB=0.70, sC=0.60, sD=0.45, bA=0.25, bD=0.30):
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    return sD / sum(raw[e] for e in _chosen6(sA, sB, sC, sD, bA, bD))
+
+
+def _valid6(sA, sB, sC, sD, bA, bD):
+    """D is picked only with the bias, no two biased scores tie, and the answer and the
+    typical slips (the hints' numbers) are 3% apart or more."""
+    biased = sorted([sA - bA, sB, sC, sD + bD])
+    if not ("D" in _chosen6(sA, sB, sC, sD, bA, bD)
+            and "D" not in _chosen6(sA, sB, sC, sD, bA, bD, biased=False)
+            and all(y - x > 0.02 for x, y in zip(biased, biased[1:]))):
+        return False
+    values = [_ex6(sA, sB, sC, sD, bA, bD)] + _slips6(sA, sB, sC, sD, bA, bD)
+    return all(abs(x - y) > 0.03 * max(x, y) for i, x in enumerate(values)
+               for y in values[i + 1:])
+
+
+def _slips6(sA, sB, sC, sD, bA, bD):
+    """The typical slips' answers: the gate from the biased scores, D's raw score alone,
+    normalised over all four, the other chosen expert's gate."""
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    biased = {"A": sA - bA, "B": sB, "C": sC, "D": sD + bD}
+    picked = _chosen6(sA, sB, sC, sD, bA, bD)
+    other = next(e for e in picked if e != "D")
+    return [biased["D"] / sum(biased[e] for e in picked), sD, sD / sum(raw.values()),
+            raw[other] / (sD + raw[other]),
+            math.exp(sD) / (math.exp(sD) + math.exp(raw[other])), sD + bD]
+
+
+def _ex6_hints(sA, sB, sC, sD, bA, bD):
+    raw = {"A": sA, "B": sB, "C": sC, "D": sD}
+    biased = {"A": sA - bA, "B": sB, "C": sC, "D": sD + bD}
+    picked = _chosen6(sA, sB, sC, sD, bA, bD)
+    other = next(e for e in picked if e != "D")
+    return [
+        (lambda a: _close(a, biased["D"] / sum(biased[e] for e in picked)),
+         "the bias only chooses the experts: the gates are the raw scores, divided by the "
+         "sum of the k chosen raw scores."),
+        (lambda a: a == 0, "with its bias D is among the top 2: the bias is added to the "
+                           "scores to choose (the gates then use the raw scores)."),
+        (lambda a: _close(a, sD), "divide by the sum of the 2 chosen scores: the gates of a "
+                                  "token's experts add up to 1."),
+        (lambda a: _close(a, sD / sum(raw.values()))
+         or any(_close(a, sD / (sD + raw[x] + raw[y])) for x, y in (("A", "B"), ("A", "C"),
+                                                                    ("B", "C"))),
+         "normalise over the 2 chosen experts only, not all four (or three)."),
+        (lambda a: _close(a, raw[other] / (sD + raw[other])),
+         f"that is the gate of {other}, the other expert chosen; the question asks for D's."),
+        (lambda a: _close(a, math.exp(sD) / (math.exp(sD) + math.exp(raw[other]))),
+         "the gates are the sigmoid scores divided by their sum over the chosen experts, "
+         "not a softmax."),
+        (lambda a: _close(a, sD + bD), "that is D's biased score, which only chooses; its "
+                                       "gate is its raw score over the chosen raw scores' sum."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.6", title="Where the balancing bias acts", unit="fraction", rtol=0.01,
+    params={"sA": 0.90, "sB": 0.70, "sC": 0.60, "sD": 0.45, "bA": 0.25, "bD": 0.30},
+    choose={"sA": (0.85, 0.9, 0.95), "sB": (0.65, 0.7, 0.75), "sC": (0.55, 0.6),
+            "sD": (0.3, 0.35, 0.4, 0.45, 0.5), "bA": (0.2, 0.25, 0.3, 0.4),
+            "bD": (0.25, 0.3, 0.35, 0.4)},
+    solve=_ex6, hints_for=_ex6_hints, valid=_valid6,
+    statement="A DeepSeek-V3-style router (top-2 of four experts, sigmoid scores, "
+              "auxiliary-loss-free balancing) gives a token the scores A {sA}, B {sB}, "
+              "C {sC}, D {sD}. Expert A has been overloaded, and its balancing bias is now "
+              "-{bA}; D has been underloaded, and its bias is +{bD}; B's and C's are 0. "
+              "What weight (gate) does expert D's output get in the token's output?",
 ))
 
 
@@ -213,6 +303,14 @@ def _ex7_hints(P, M):
          "subtract 3 T_wgt: the weight-gradient halves of the backward fill the bubble."),
         (lambda a: _close(a, 2 * (P - 1) / 3 / (M + 2 * (P - 1) / 3)),
          "DualPipe feeds microbatches from both ends: P/2 - 1, not P - 1, stage pairs."),
+        (lambda a: _close(a, 2 * (P / 2) / 3 / (M + 2 * (P / 2) / 3)),
+         "the fill and drain have P/2 - 1 stage pairs, not P/2."),
+        (lambda a: _close(a, (P / 2 - 1) / 3 / (M + (P / 2 - 1) / 3)),
+         "a forward and a backward chunk overlapped still compute both: T_f&b = T_fwd + "
+         "T_bwd = 3, not max(T_fwd, T_bwd)."),
+        (lambda a: _close(a, 4 * (P / 2 - 1) / 3 / (M + 4 * (P / 2 - 1) / 3)),
+         "subtract 3 T_wgt, not T_wgt once: the formula is (P/2 - 1)(T_f&b + T_bwd - "
+         "3 T_wgt)."),
     ]
 
 
@@ -259,14 +357,45 @@ def _ex8_hints(S, k=8):
          "inverse."),
         (lambda a: _close(a, _ex8(4096, k)), "that is at 4K tokens; at a longer context "
                                              "attention takes a larger share."),
+        (lambda a: _close(a, _speedup8(_fwd8(S, k)[0], _fwd8(S, k)[2]), 0.002),
+         "the output head and the router stay in bf16: take them out of the fp8 FLOPs."),
+        (lambda a: _close(a, _speedup8(_fwd8(S, k)[1], _fwd8(S, k)[0])),
+         "add MLA's attention FLOPs (bf16) to the forward: at a long context they are a "
+         "large share."),
+        (lambda a: _close(a, _speedup8(_fwd8(S, k)[1], _fwd8(S, k, causal=False)[2])),
+         "the attention is causal: a token meets (S + 1) / 2 keys on average "
+         "(attention_flops_per_token's default)."),
     ]
 
 
+def _fwd8(S, k=8, causal=True):
+    """DeepSeek-V3's forward FLOPs per token: (every weight matmul, the fp8 linear layers,
+    the whole forward)."""
+    from ..models import DEEPSEEK_V3_MLA
+    head = _DS.dense.param_breakdown().output_head
+    active = (_DS.active_matmul_params()
+              + _DS.moe_layers * (k - _DS.top_k) * _DS.dense.mlp_params_per_layer())
+    lin = 2 * (active - head - _DS.router_params())
+    return (2 * active, lin,
+            2 * active + DEEPSEEK_V3_MLA.attention_flops_per_token(S, causal=causal))
+
+
+def _speedup8(fp8, fwd):
+    f = fp8 / fwd
+    return 1 / (1 - f + f / 2)
+
+
+def _valid8(S, k):
+    """The head and router left in fp8 is 2.5 tolerances off the answer or more (at long
+    contexts they are too small a share to tell)."""
+    return _speedup8(_fwd8(S, k)[0], _fwd8(S, k)[2]) > _ex8(S, k) * (1 + 2.5 * 0.003)
+
+
 register(VariedNumericExercise(
-    id="12.8", title="What fp8 buys at a long context", unit="ratio", rtol=0.02,
+    id="12.8", title="What fp8 buys at a long context", unit="ratio", rtol=0.003,
     params={"S": 32768, "k": 8},
     choose={"S": (8192, 16384, 32768, 65536, 131072), "k": (4, 6, 8, 12)},
-    solve=_ex8, hints_for=_ex8_hints,
+    solve=_ex8, hints_for=_ex8_hints, valid=_valid8,
     statement="DeepSeek-V3, with each token routed to $k$ = {k} experts, runs its forward "
               "pass at a context of $S$ = {S:,} tokens: the linear "
               "layers (every matmul one token meets but the output head and the router) "
@@ -288,8 +417,13 @@ def _ex9_hints(T, D):
          "activations are scaled per 1 x 128 tile (one token, 128 channels), not per "
          "128 x 128 block (that is the weights')."),
         (lambda a: _close(a, T * D / 128), "each scale is fp32: 4 bytes."),
-        (lambda a: _close(a, T * 4) or _close(a, D / 128 * 4),
+        # one scale per token, per 128 channels, per channel (unless that is the answer
+        # over 8, bytes taken for bits: D = 32 T) or for the whole tensor
+        (lambda a: _close(a, T * 4) or _close(a, D / 128 * 4) or a == 4
+         or (_close(a, D * 4) and not _close(D * 4, T * D / 128 * 4 / 8)),
          "one scale per 128 values of every token: T D / 128 scales."),
+        (lambda a: _close(a, T * D + T * D / 128 * 4),
+         "that adds the fp8 values themselves; the question asks for the scales alone."),
     ]
 
 
@@ -317,6 +451,13 @@ def _ex10_hints(alpha, rho):
                                                  "own: a step yields 1 + alpha tokens."),
         (lambda a: _close(a, (1 + alpha) / 2), "at batch 1 the verification of two tokens "
                                                "costs one step (memory-bound), not two."),
+        (lambda a: _close(a, 1 + alpha - rho, 0.005),
+         "the module's pass makes each step 1 + rho long: divide the tokens by it, do not "
+         "subtract rho."),
+        (lambda a: _close(a, 2 / (1 + rho)), "the second token is accepted with probability "
+                                             "alpha, not always: 1 + alpha tokens a step."),
+        (lambda a: _close(a, (1 + alpha) / (1 + 2 * rho)),
+         "the module runs once a step, for the one token it proposes: 1 + rho."),
     ]
 
 
@@ -341,15 +482,20 @@ register(NumericExercise(
     id="12.11", title="Bytes a decode GPU sends across nodes", unit="bytes", rtol=0.01,
     reference=_ex11,
     hints=[
-        (lambda a: _close(a, _ex11(s=2)), "the dispatch is in fp8: 1 byte per element."),
-        (lambda a: _close(a, 48 * _DS.top_k * _D, 0.002),
+        (lambda a: _close(a, _ex11(s=2)), "twice the answer: the dispatch is in fp8, 1 byte "
+                                          "per element (and the question counts the "
+                                          "dispatch alone, not the combine)."),
+        (lambda a: _close(a, 48 * 3 * _D) or _close(a, 48 * 4 * _D),
+         "no node limit here: the k = 8 copies go to GPUs spread uniformly over all 320, "
+         "and (n_ep - 8) / n_ep of them leave on the card."),
+        (lambda a: _close(a, 48 * _DS.top_k * _D, 0.0005),   # 1.0256x; kB as KiB 1.024x
          "the copies for the 8 GPUs of its own node (itself included) go over NVLink: "
          "(n_ep - 8) / n_ep of them leave on the card."),
-        (lambda a: _close(a, _ex11(local=1), 0.002),
+        (lambda a: _close(a, _ex11(local=1), 0.0005),      # 1.0224x
          "the other 7 GPUs of the node are reached over NVLink, not the card: "
          "(n_ep - 8) / n_ep."),
-        (lambda a: _close(a, _ex11() / _DS.top_k), "each token sends k = 8 copies, one per "
-                                                   "expert."),
+        (lambda a: _close(a, _ex11() / _DS.top_k), "8x too small: each token sends k = 8 "
+         "copies, one per expert. (Or bytes divided by 8 as if bits?)"),
     ],
 ))
 
@@ -368,17 +514,23 @@ register(NumericExercise(
         (lambda a: _close(a, _ex12() * 3600), "that is GPU-seconds: divide by 3,600."),
         (lambda a: _close(a, _ex12(S=1)), "each sequence has 4,096 tokens: tokens per "
                                           "step = sequences x S."),
+        (lambda a: _close(a, _ex12() / 24), "that is GPU-days; the question asks for hours."),
+        (lambda a: _close(a, 2.664e6), "that is DeepSeek-V3's reported figure, for its own "
+                                       "batches; work it from this run's step time."),
+        (lambda a: _close(a, 14.8e12 / (12288 * 4096)),
+         "that is the number of steps; times 10 s and 2,048 GPUs, in hours."),
     ],
 ))
 
 
 # 12.13 DualPipe against 1F1B, in code -------------------------------------------------
-def _shares(P, M, F, B, W, pairs=None, no_w=False, fb=None, over_work=False):
+def _shares(P, M, F, B, W, pairs=None, no_w=False, fb=None, over_work=False,
+            work_w=False):
     """The shares of the step that 1F1B and DualPipe idle in their fill and drain."""
     one = (P - 1) * (F + B)
     dual = ((P / 2 - 1) if pairs is None else pairs) * \
         ((F + B if fb is None else fb) + B - (0 if no_w else 3 * W))
-    work = M * (F + B)
+    work = M * (F + B + (W if work_w else 0))
     if over_work:
         return one / work, dual / work
     return one / (one + work), dual / (dual + work)
@@ -411,6 +563,8 @@ def _saving_with(slip):
                                                                  over_work=True)),
              "dual_only": lambda: dual, "one_only": lambda: one,
              "idle_diff": lambda: (P - 1) * (F + B) - (P / 2 - 1) * (F + 2 * B - 3 * W),
+             "negative": lambda: dual - one, "percent": lambda: 100 * (one - dual),
+             "work_w": lambda: (lambda a, b: a - b)(*_shares(P, M, F, B, W, work_w=True)),
              }[slip]()
         v = as_number(got)
         return v is not None and v != want and math.isclose(v, t, rel_tol=1e-6)
@@ -438,20 +592,106 @@ register(CodeExercise(
                                "work fills part of its bubble."),
         (_saving_with("fb_max"), "F&B, a forward and a backward chunk overlapped, still "
                                  "computes both: F + B (only communication hides)."),
+        (_saving_with("negative"), "that is DualPipe's share minus 1F1B's: return 1F1B's "
+                                   "minus DualPipe's, the saving."),
+        (_saving_with("percent"), "return a fraction of the step, not a percentage."),
+        (_saving_with("work_w"), "the work is n_mb (F + B): W is part of the backward B, "
+                                 "not extra time."),
     ],
 ))
 
 
-# 12.14 which matmul runs in fp8 ---------------------------------------------------------
-register(ChoiceExercise(
-    id="12.14", title="What DeepSeek-V3 runs in fp8",
-    choices=("expert_weight_gradient", "attention_scores", "router", "output_head"),
-    reference=lambda: "expert_weight_gradient",
-    aliases={"wgrad": "expert_weight_gradient", "weight_gradient": "expert_weight_gradient",
-             "gating": "router", "head": "output_head", "scores": "attention_scores"},
-    hints={"attention_scores": "the attention operator (scores and values) stays in "
-                               "bf16; fp8 is for the linear layers' matmuls.",
-           "router": "the MoE gating is kept in higher precision: it is small and its "
-                     "choices are sensitive.",
-           "output_head": "the embedding and the output head stay in bf16 or fp32."},
+# 12.14 what the fp8 recipe leaves in bf16 -----------------------------------------------
+_MODELS14 = ("llama3-8b", "llama3-70b", "llama3-405b")
+
+
+def _flops14(model, S, head_fp8=False, attn_fp8=False, causal=True):
+    """Forward FLOPs per token of a dense LLaMA: (in fp8, in bf16) under DeepSeek-V3's
+    recipe (the linear layers' matmuls in fp8; attention and the output head in bf16),
+    or a typical mistake. The backward repeats the split (2x each), so it cancels."""
+    m = get_model(model)
+    head = 2 * m.param_breakdown().output_head
+    attn = m.attention_flops_per_token(S, causal=causal)
+    fp8 = 2 * m.matmul_params() - head
+    bf16 = head + attn
+    if head_fp8:
+        fp8, bf16 = fp8 + head, bf16 - head
+    if attn_fp8:
+        fp8, bf16 = fp8 + attn, bf16 - attn
+    return fp8, bf16
+
+
+def _head14(model):
+    return 2 * get_model(model).param_breakdown().output_head
+
+
+def _ex14(model="llama3-70b", S=8192, **kw):
+    fp8, bf16 = _flops14(model, S, **kw)
+    return bf16 / (bf16 + fp8 / 2)
+
+
+def _slips14(model, S):
+    """The typical slips' answers (the hints' numbers, but 0)."""
+    fp8, bf16 = _flops14(model, S)
+    return [bf16 / (bf16 + fp8), (3 * bf16 + 2 * fp8) / (3 * bf16 + 2 * fp8 + fp8 / 2),
+            _ex14(model, S, head_fp8=True), _ex14(model, S, attn_fp8=True),
+            _ex14(model, S, causal=False), (fp8 / 2) / (bf16 + fp8 / 2)]
+
+
+def _valid14(model, S):
+    """Every slip 3% or more from the answer (at a long context the output head is too
+    small a share to tell from the linear layers), and 1% from each other."""
+    ref, slips = _ex14(model, S), _slips14(model, S)
+    return (all(abs(x - ref) > 0.03 * max(x, ref) for x in slips)
+            and all(abs(x - y) > 0.01 * max(x, y) for i, x in enumerate(slips)
+                    for y in slips[i + 1:]))
+
+
+def _ex14_hints(model, S):
+    fp8, bf16 = _flops14(model, S)
+    return [
+        (lambda a: _close(a, bf16 / (bf16 + fp8)),
+         "that is the bf16 share of the FLOPs; a FLOP at the fp8 peak takes half the time "
+         "of one at the bf16 peak."),
+        (lambda a: _close(a, (3 * bf16 + 2 * fp8) / (3 * bf16 + 2 * fp8 + fp8 / 2)),
+         "the backward's two matmuls of each linear layer (the input gradient, Dgrad, and "
+         "the weight gradient, Wgrad) run in fp8 too, not only the forward."),
+        (lambda a: _close(a, _ex14(model, S, head_fp8=True)),
+         "the output head stays in bf16 (so do the embedding and the router)."),
+        (lambda a: _close(a, _ex14(model, S, attn_fp8=True)),
+         "the attention operator (scores and weighted sum of values) stays in bf16; fp8 is "
+         "for the linear layers."),
+        (lambda a: _close(a, _ex14(model, S, causal=False)),
+         "with the masked half skipped, a token meets (S + 1) / 2 keys on average: use "
+         "attention_flops_per_token(S, causal=True)."),
+        (lambda a: _close(a, (fp8 / 2) / (bf16 + fp8 / 2)),
+         "that is the fp8 matmuls' share of the time; the question asks for the work left "
+         "in bf16."),
+        (lambda a: a == 0,
+         "not everything runs in fp8: the attention and the output head stay in bf16."),
+        (lambda a: _close(a, bf16 / (fp8 / 2)),
+         "that is the bf16 time over the fp8 time; the share is over the whole step: "
+         "bf16 / (bf16 + fp8 / 2)."),
+        (lambda a: _close(a, (3 * bf16 + fp8) / (3 * bf16 + fp8 + fp8)),
+         "the weight gradient (Wgrad) runs in fp8 too: all three matmuls of each linear "
+         "layer."),
+        (lambda a: _close(a, (2 * bf16 - _flops14(model, S)[1] + _head14(model))
+                          / (2 * bf16 - _flops14(model, S)[1] + _head14(model) + fp8 / 2)),
+         "the embedding is a lookup, not a matmul: it has no FLOPs (only the output head "
+         "multiplies)."),
+    ]
+
+
+register(VariedNumericExercise(
+    id="12.14", title="What the fp8 recipe leaves in bf16", unit="fraction", rtol=0.02,
+    params={"model": "llama3-70b", "S": 8192},
+    choose={"model": _MODELS14, "S": (4096, 8192, 16384, 32768, 65536, 131072)},
+    solve=_ex14, hints_for=_ex14_hints, valid=_valid14,
+    describe=lambda model, S: {"size": get_model(model).name.split("-")[-1].upper()},
+    statement="LLaMA-3 {size} (`scalebook.models.get_model(\"{model}\")`) is trained "
+              "with DeepSeek-V3's fp8 recipe at a context of $S$ = {S:,} tokens, with a "
+              "kernel that skips the masked half of the attention "
+              "(`attention_flops_per_token(S, causal=True)`). If every matmul runs at "
+              "its precision's peak (fp8 twice bf16), what fraction of the training "
+              "step's compute time goes to the matmuls that stay in bf16?",
 ))
