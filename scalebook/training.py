@@ -53,7 +53,13 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC, the
   phases one after the other (:func:`scalebook.collectives.hierarchical_time`, chapter 11).
   Exposed, its NVLink phases count under "nvlink" and its NIC phases under "dcn" (the
-  breakdown reports them apart); in the network queues it counts whole under "dcn".
+  breakdown reports them apart); in the network queues it counts whole under "dcn";
+* ep (a mixture of experts): per MoE layer a dispatch and a combine all-to-all
+  (:func:`scalebook.collectives.expert_all_to_all`); across GPU nodes its NVLink part counts
+  under "nvlink" and its InfiniBand part under "dcn", in the exposed time and in the plan's
+  collectives (one entry per network). Every copy on its own, the parts run one after the
+  other and queue whole on "dcn"; with node-limited routing (``Routing(max_nodes=...)``)
+  NVLink forwards while InfiniBand sends, each part on its own network's queue.
 
 The bound is the largest of the compute, the bubble and each network's exposed time. Memory
 per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
@@ -719,17 +725,20 @@ def _timer(chip: Chip, deg: Degrees, nets: dict) -> _Timer:
 
 
 def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: int,
-                s: float, routing: Routing) -> float:
+                s: float, routing: Routing) -> tuple[dict, float, bool]:
     """One all-to-all of an MoE layer over the ep group: ``tokens`` per chip, each sending
-    k copies of [D] at ``s`` bytes per element. Within one fast domain, collective_time's.
-    A GPU group over several nodes sends the copies for experts in its own node over
-    NVLink, the rest on the GPU's own NIC (a rail-optimised fabric), one after the other:
-    k (ep - local) / ep copies per token, or with node-limited routing one per other node
-    of at most ``routing.max_nodes``."""
+    k copies of [D] at ``s`` bytes per element. Returns ({network: seconds}, seconds,
+    whether the parts overlap). Within one fast domain, collective_time's, one part. A GPU
+    group over several nodes: :func:`scalebook.collectives.expert_all_to_all`, its NVLink
+    part under "nvlink" and its InfiniBand part under "dcn": every copy on its own (the
+    parts one after the other), or with node-limited routing (``routing.max_nodes``) one
+    crossing per node a token reaches and NVLink forwarding, the parts at once."""
     fast = _par.network(chip, "ici")
+    nbytes = tokens * k * D * s
     if nets["ep"] != "dcn":
-        return _coll.collective_time("all-to-all", tokens * k * D * s, deg.ep,
-                                     bandwidth=fast.bandwidth, topology=fast.topology)
+        t = _coll.collective_time("all-to-all", nbytes, deg.ep, bandwidth=fast.bandwidth,
+                                  topology=fast.topology)
+        return {"nvlink" if chip.vendor == "NVIDIA" else "ici": t}, t, False
     slow = _par.network(chip, "dcn")
     node = chip.ici_domain_chips or 1
     # the group's members sit tp cp apart within fsdp, or tp cp pp apart on dp
@@ -737,18 +746,10 @@ def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: 
     local = 1
     if chip.vendor == "NVIDIA" and stride < node:
         local = max(1, min(deg.ep, node // stride, deg.fsdp if deg.fsdp > 1 else deg.ep))
-    nodes = max(1, deg.ep // local)
-    if routing.max_nodes is None and deg.ep % local == 0:
-        # chapter 11's hierarchical all-to-all, its two parts one after the other
-        return _coll.hierarchical_time("all-to-all", tokens * k * D * s, local, nodes,
-                                       fast_bandwidth=fast.bandwidth,
-                                       slow_bandwidth=slow.bandwidth)
-    if routing.max_nodes is None:       # a group that fills its last node only in part
-        off = k * (deg.ep - local) / deg.ep
-    else:
-        off = min(k, routing.max_nodes) * (nodes - 1) / nodes
-    return (tokens * k * D * s * (local - 1) / deg.ep / fast.bandwidth
-            + tokens * off * D * s / slow.bandwidth)
+    a = _coll.expert_all_to_all(nbytes, k, local, deg.ep, fast_bandwidth=fast.bandwidth,
+                                slow_bandwidth=slow.bandwidth, max_nodes=routing.max_nodes)
+    parts = {"nvlink": a.nvlink, "dcn": a.nic} if a.nvlink else {"dcn": a.nic}
+    return parts, a.seconds, a.overlapped
 
 
 def _linear_flops_per_token(c) -> float:
@@ -904,20 +905,34 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         tok = b_mb / (deg.cp * deg.tp)
         a2a = tok * m.top_k * c.d_model * s
         # a dispatch (at routing.dispatch_bytes) and a combine (bf16), as a mean of the two
-        t_a2a = (_all_to_all(chip, deg, nets, tok, m.top_k, c.d_model,
-                             routing.dispatch_bytes, routing)
-                 + _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model, s, routing)) / 2
+        disp = _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model,
+                           routing.dispatch_bytes, routing)
+        comb = _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model, s, routing)
+        parts = merged(*({k2: v / 2 for k2, v in x[0].items()} for x in (disp, comb)))
+        t_a2a, overlapped = (disp[1] + comb[1]) / 2, disp[2]
         moe_l = L_p * m.moe_layers / c.n_layers        # MoE layers of the busiest stage
         n_f = 2 * moe_l
         n_b = 2 * moe_l + (2 * moe_l if remat == "full" else 0)
         net = netname("ep")
-        add(f_nets, net, n_f * t_a2a)
-        add(b_nets, net, n_b * t_a2a)
-        if not ep_overlap:      # the experts wait for their tokens
-            add(f_exp, net, n_f * t_a2a)
-            add(b_exp, net, n_b * t_a2a)
+        if overlapped:      # node-limited: NVLink forwards while InfiniBand sends
+            for k2, v in parts.items():
+                add(f_nets, k2, n_f * v)
+                add(b_nets, k2, n_b * v)
+        else:               # one part after the other: queued whole on the ep network
+            add(f_nets, net, n_f * t_a2a)
+            add(b_nets, net, n_b * t_a2a)
+        if not ep_overlap:      # the experts wait for their tokens: each part on its
+            # network, or (overlapped parts) the whole on the slower one
+            if overlapped:
+                add(f_exp, max(parts, key=parts.get), n_f * t_a2a)
+                add(b_exp, max(parts, key=parts.get), n_b * t_a2a)
+            else:
+                add_split(f_exp, parts, n_f * t_a2a)
+                add_split(b_exp, parts, n_b * t_a2a)
         n = round((n_f + n_b) * M)
-        colls.append(Collective("ep", "all-to-all", net, n * t_a2a, n, a2a))
+        # one entry per network: the InfiniBand part first, then the NVLink part
+        for k2 in sorted(parts, key=lambda x: x != "dcn"):
+            colls.append(Collective("ep", "all-to-all", k2, n * parts[k2], n, a2a))
     if E_p:
         # the experts' gradients: summed over the dp fsdp / ep chips holding each expert
         r = deg.dp * deg.fsdp // deg.ep
