@@ -100,13 +100,24 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "Routing", "TrainingPlan"
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
            "train_specs", "init_adam", "adam_train_step", "fp8_quantize",
-           "FP8_E4M3_MAX"]
+           "FP8_E4M3_MAX", "ASSUMED_MFU", "LLAMA3_405B_TABLE4"]
 
 REMAT = ("none", "selective", "full")
 AXES = ("tp", "cp", "fsdp", "pp", "dp")     # mesh axes, innermost first
 DEFAULT_HBM_FRACTION = 0.9
+#: LLaMA-3 405B's pre-training (Table 4 of the LLaMA-3 paper, arXiv:2407.21783): GPUs,
+#: TP, CP, PP, DP, sequence length, sequences per DP rank, achieved BF16 TFLOP/s per GPU
+#: and MFU. Row 3 with DP = 8 (some copies print 4, which multiplies to neither 16,384
+#: GPUs nor 16M tokens). Chapter 6 checks the planner against it.
+LLAMA3_405B_TABLE4 = (
+    dict(gpus=8192, tp=8, cp=1, pp=16, dp=64, seq=8192, per_dp=32, tflops=430, mfu=0.43),
+    dict(gpus=16384, tp=8, cp=1, pp=16, dp=128, seq=8192, per_dp=16, tflops=400,
+         mfu=0.41),
+    dict(gpus=16384, tp=8, cp=16, pp=16, dp=8, seq=131072, per_dp=16, tflops=380,
+         mfu=0.38),
+)
 # An achieved MFU to quote beside a plan's bound: well-tuned large runs report 38-43%
-# (LLaMA-3 405B, Table 4 of the LLaMA-3 paper). An assumption, not a measurement.
+# (LLAMA3_405B_TABLE4). An assumption, not a measurement.
 ASSUMED_MFU = 0.40
 _DAY = 86_400.0
 # Tokens per chip per step past which a plan is flagged: 2**20, some 500 times LLaMA-3
@@ -393,10 +404,12 @@ class TrainingPlan:
 
     def days_at(self, mfu: float = ASSUMED_MFU) -> float:
         """Days to train ``train_tokens`` if the run achieves ``mfu`` of the chips' peak
-        (the plan's own :attr:`days` are those at its bound, :attr:`mfu`)."""
+        (the plan's own :attr:`days` are those at its bound, :attr:`mfu`). A run cannot
+        beat its plan's bound: an ``mfu`` above :attr:`mfu` gives the bound's days."""
         mfu = check_positive("mfu", mfu)
         if mfu > 1:
             raise ValueError(f"mfu is a fraction of the peak (0.4 for 40%); got {mfu!r}")
+        mfu = min(mfu, self.mfu)
         flops = self.model_flops_per_step / self.global_batch_tokens * self.train_tokens
         return flops / (self.n_chips * self.peak_flops * mfu) / _DAY
 
@@ -448,8 +461,10 @@ class TrainingPlan:
             lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {net:<6}  "
                          f"{self.reasons[axis]}")
         lim = self.hbm_fraction * self.hbm_bytes
+        over = ("" if self.fits else
+                f" DOES NOT FIT, {fmt_bytes(m.total - lim)} over")
         lines.append(f"  memory per chip {fmt_bytes(m.total)} of {fmt_bytes(lim)} usable "
-                     f"({self.hbm_fraction:.0%} of {fmt_bytes(self.hbm_bytes)}):")
+                     f"({self.hbm_fraction:.0%} of {fmt_bytes(self.hbm_bytes)}):{over}")
         parts = [f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in m.as_dict().items()]
         lines.append("    " + ", ".join(parts[:4]))
         lines.append("    " + ", ".join(parts[4:]))
@@ -484,7 +499,9 @@ class TrainingPlan:
                      f"{sci(self.chip_hours)} chip-hours,")
         lines.append(f"    {cost}")
         at = self.cost_at()
-        lines.append(f"  at {ASSUMED_MFU:.0%} MFU (an assumed achieved figure): "
+        what = ("an assumed achieved figure" if ASSUMED_MFU <= self.mfu else
+                f"the bound: the assumed {ASSUMED_MFU:.0%} is above it")
+        lines.append(f"  at {min(ASSUMED_MFU, self.mfu):.0%} MFU ({what}): "
                      f"{self.days_at():.3g} days"
                      + ("" if at is None else f", ${sci(at)}"))
         lines.extend(f"  note: {n}" for n in self.notes)

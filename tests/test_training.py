@@ -543,3 +543,40 @@ def test_expert_parallelism_is_refused_where_it_cannot_be():
                          seq_len=4096)
     assert tr.mfu_from_gpu_hours(ds, 14.8e12, 2.664e6, h100) == pytest.approx(
         6 * ds.active_params() * 14.8e12 / (2.664e6 * 3600 * 9.89e14))
+
+
+def test_the_assumed_mfu_is_what_llama3_reports_and_never_beats_the_bound():
+    """ASSUMED_MFU lies within LLaMA-3 405B's reported MFUs (Table 4), each of which is its
+    TFLOP/s over the H100's dense bf16 peak; a forecast at it is never faster than the
+    plan's own bound, and a plan over memory says so when printed."""
+    h100 = get_chip("gpu-h100")
+    reported = [r["mfu"] for r in tr.LLAMA3_405B_TABLE4]
+    assert min(reported) <= tr.ASSUMED_MFU <= max(reported)
+    for r in tr.LLAMA3_405B_TABLE4:
+        assert r["tp"] * r["cp"] * r["pp"] * r["dp"] == r["gpus"]
+        assert r["tflops"] * 1e12 / h100.bf16_flops == pytest.approx(r["mfu"], abs=0.01)
+    # a plan bounded below 40%: the LLaMA-3 paper's 16K-GPU row with plain 1F1B
+    r = tr.LLAMA3_405B_TABLE4[1]
+    p = tr.evaluate_plan("llama3-405b", h100, tp=8, pp=16, fsdp=128,
+                         global_batch_tokens=128 * 16 * 8192, seq_len=8192,
+                         microbatches=16, keep_weights=True, train_tokens=15.6e12)
+    assert p.mfu < tr.ASSUMED_MFU
+    assert p.days_at() == pytest.approx(p.days)
+    assert "the assumed 40% is above it" in str(p)
+    assert not p.fits and "DOES NOT FIT" in str(p)
+    q = tr.evaluate_plan("llama3-8b", "tpu-v5p", tp=1, fsdp=256,
+                         global_batch_tokens=512 * 8192, seq_len=8192)
+    assert q.fits and "DOES NOT FIT" not in str(q) and q.days_at() > q.days
+
+
+def test_chapter_6_labels_every_mfu_column_a_bound():
+    """Chapter 6's tables print the planner's MFU, an upper bound: no column may be headed
+    a bare "MFU", which a reader takes for a prediction."""
+    import re
+    from pathlib import Path
+    text = Path(__file__).parents[1].joinpath("notebooks", "06_training.md").read_text()
+    heads = re.findall(r"Table\(\[(.*?)\]", text, flags=re.S)
+    assert heads
+    cols = [c.strip().strip("\"'") for h in heads for c in h.split(",")]
+    assert "MFU" not in cols
+    assert any(c == "MFU bound" for c in cols)
