@@ -121,6 +121,7 @@ Formula or task -> function::
   output tiles in waves over the SMs              chip_internals.wave_quantization (Waves)
   all-reduce reduced in the NVSwitch (SHARP)      collectives.collective_time(..., sharp=True)
   a collective across GPU nodes, by phase         collectives.hierarchical_time / hierarchical_phases (Phase)
+  MoE dispatch across nodes, node-limited or not  collectives.expert_all_to_all (ExpertAllToAll)
   fat-tree size, one rail-optimised unit          topology.fat_tree_endpoints / scalable_unit (ScalableUnit)
   DP tokens per shard across nodes, EP width F*   parallelism.hierarchical_dp_critical_batch / ep_critical_width
   MoE layer: dense reference, expert-parallel     frontier_mesh.moe_dense / moe_expert_parallel (ExpertParallelMoE)

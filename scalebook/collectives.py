@@ -35,7 +35,8 @@ a group that spans several GPU nodes, ``local`` GPUs in each of ``nodes`` nodes:
 inside each node over NVLink, the part between nodes on each GPU's own network card (a
 rail-optimised fat tree, modelled as a switch: every NIC reaches every other at its full
 ``dcn_bandwidth``). :func:`hierarchical_phases` lists the phases. The training and serving
-planners time every collective that leaves a node with it.
+planners time every collective that leaves a node with it, but an MoE layer's dispatch
+and combine: :func:`expert_all_to_all` times those, with or without node-limited routing.
 
 Latency (chapters 3 and 7): every step of a ring algorithm waits for a message to cross one hop,
 ``t_hop`` seconds, however small the message. :func:`collective_time` adds
@@ -55,7 +56,8 @@ from .units import check_nonnegative, check_positive, check_positive_int
 __all__ = ["KINDS", "TOPOLOGIES", "ASSUMED_HOP_LATENCY", "ring_bytes", "collective_time",
            "links_per_device",
            "latency_steps", "latency_bound_bytes", "is_switched", "Phase",
-           "hierarchical_phases", "hierarchical_time"]
+           "hierarchical_phases", "hierarchical_time", "ExpertAllToAll",
+           "expert_all_to_all"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 TOPOLOGIES = ("ring", "torus", "switch")
@@ -393,3 +395,68 @@ def hierarchical_time(kind: str, nbytes: float, local: int, nodes: int, chip=Non
             steps = sum(latency_steps(p.kind, p.group, "switch") for p in phases)
         t += steps * t_hop
     return t
+
+
+# ------------------------------------------------------------------------------------------
+# an MoE layer's dispatch or combine across GPU nodes (chapters 6, 8 and 12)
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExpertAllToAll:
+    """One dispatch (or combine) of an MoE layer over an expert group that spans GPU nodes,
+    split by network: ``nvlink`` the seconds of its part inside the nodes, ``nic`` those on
+    each GPU's network card. ``overlapped``: the two parts stream at once (node-limited
+    forwarding), else they run one after the other. ``seconds`` = max or sum of the two,
+    plus ``latency``."""
+
+    nvlink: float
+    nic: float
+    overlapped: bool
+    latency: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        both = max(self.nvlink, self.nic) if self.overlapped else self.nvlink + self.nic
+        return both + self.latency
+
+    def parts(self) -> dict:
+        """{"nvlink": seconds, "nic": seconds} (bandwidth only)."""
+        return {"nvlink": self.nvlink, "nic": self.nic}
+
+
+def expert_all_to_all(nbytes: float, top_k: int, local: int, n: int, chip=None, *,
+                      fast_bandwidth: float | None = None,
+                      slow_bandwidth: float | None = None, max_nodes: int | None = None,
+                      hop_latency: float = 0.0) -> ExpertAllToAll:
+    """An MoE dispatch or combine over ``n`` GPUs, ``local`` of them in each node (n / local
+    nodes; the last may be filled in part), each GPU holding ``nbytes`` of routed copies
+    (``top_k`` copies of each of its tokens). Bandwidths as :func:`hierarchical_phases`.
+
+    * ``max_nodes=None``, every copy on its own (chapter 11's all-to-all, and DeepEP's
+      low-latency decode kernels, which send each copy straight to its GPU): (local - 1) / n
+      of the bytes over NVLink, (n - local) / n on the NIC, one after the other.
+    * ``max_nodes=M``, node-limited routing (DeepSeek-V3, arXiv:2412.19437 section 3.2.2,
+      and DeepEP's normal kernels for training and prefill): a token's experts lie on at
+      most M nodes. It crosses the network once per node it reaches, min(k, M, n / local)
+      of them (DeepSeek's gate picks the M nodes by their best experts' scores, so a token
+      reaches nearly all of them), less its own node, a share 1 / (n / local) of them: that
+      many of its k copies' bytes on the NIC. On arrival (or at home) NVLink forwards each
+      copy to its expert's GPU: (local - 1) / local of all the bytes. The report overlaps
+      the two fully, so the parts run at once.
+
+    ``hop_latency``: one hop for each part (the NIC's, then NVLink's)."""
+    B = check_nonnegative("nbytes", nbytes)
+    k = check_positive_int("top_k", top_k)
+    g = check_positive_int("local (GPUs of the group in each node)", local)
+    n = check_positive_int("n (GPUs of the expert group)", n)
+    if g > n:
+        raise ValueError(f"local={g} GPUs per node is more than the group of n={n}")
+    fast, slow = _bandwidths(chip, fast_bandwidth, slow_bandwidth, g)
+    t_hop = check_nonnegative("hop_latency (seconds per hop)", hop_latency)
+    nodes = n / g
+    hops = t_hop * ((g > 1) + (n > g))
+    if max_nodes is None:
+        return ExpertAllToAll(B * (g - 1) / n / fast, B * (n - g) / n / slow, False, hops)
+    M = check_positive_int("max_nodes", max_nodes)
+    crossings = min(k, M, nodes) * (nodes - 1) / nodes
+    return ExpertAllToAll(B * (g - 1) / g / fast, B / k * crossings / slow, True, hops)

@@ -1224,15 +1224,19 @@ def _groups(p: _Parts, n_chips, n_ep, batch, redundant: int = 0) -> tuple[int, i
     return n, n_ep, r
 
 
-def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0) -> float:
-    """One all-to-all in which each of ``n_ep`` chips holds ``nbytes`` of routed copies.
+def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0, top_k: int = 1,
+              max_nodes: int | None = None) -> float:
+    """One all-to-all in which each of ``n_ep`` chips holds ``nbytes`` of routed copies
+    (``top_k`` copies of each of its tokens).
 
     Within one fast domain (a TPU slice's torus axis, a GPU node's NVSwitch):
-    :func:`scalebook.collectives.collective_time`. A GPU group over several nodes sends the
-    (local - 1) / n_ep of its bytes meant for the other GPUs of its node over NVLink and the
-    (n_ep - local) / n_ep meant for other nodes on its own NIC (``dcn_bandwidth``), one
-    after the other, as :mod:`scalebook.training` times the expert all-to-all; each part
-    waits ``hop_latency`` once (its blocks go straight to their GPU)."""
+    :func:`scalebook.collectives.collective_time`. A GPU group over several nodes:
+    :func:`scalebook.collectives.expert_all_to_all`, the one model the training planner
+    uses too: every copy on its own (``max_nodes=None``), the (local - 1) / n_ep of the
+    bytes meant for the other GPUs of the node over NVLink, then the (n_ep - local) / n_ep
+    meant for other nodes on the GPU's own NIC; or node-limited (``max_nodes``), each token
+    crossing once per node it reaches while NVLink forwards its copies, the two at once.
+    Each part waits ``hop_latency`` once."""
     domain = chip.ici_domain_chips
     if not _coll.is_switched(chip) or domain is None or n_ep <= domain:
         return _coll.collective_time("all-to-all", nbytes, n_ep, chip, hop_latency=hop_latency)
@@ -1240,12 +1244,8 @@ def _a2a_time(chip, nbytes: float, n_ep: int, hop_latency: float = 0.0) -> float
         raise ValueError(f"an expert group of {n_ep} {chip.name} GPUs spans several nodes of "
                          f"{domain}, and the chip has no dcn_bandwidth: give one with "
                          f"chip.with_(dcn_bandwidth=...)")
-    if n_ep % domain == 0:      # chapter 11's hierarchical all-to-all, parts in sequence
-        return _coll.hierarchical_time("all-to-all", nbytes, domain, n_ep // domain, chip,
-                                       hop_latency=hop_latency)
-    # a group that fills its last node only in part: the same two parts
-    return (nbytes * (domain - 1) / n_ep / chip.ici_bandwidth
-            + nbytes * (n_ep - domain) / n_ep / chip.dcn_bandwidth + 2 * hop_latency)
+    return _coll.expert_all_to_all(nbytes, top_k, domain, n_ep, chip, max_nodes=max_nodes,
+                                   hop_latency=hop_latency).seconds
 
 
 def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_dtype,
@@ -1253,8 +1253,11 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
               overlap_a2a=False, layers: int | None = None, all_reduces=None,
               hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
               redundant_experts: int = 0, dispatch_dtype: str | None = None,
-              attention_flops_per_key: float | None = None) -> MoEStep:
+              attention_flops_per_key: float | None = None,
+              max_nodes: int | None = None) -> MoEStep:
     chip = get_chip(chip)
+    if max_nodes is not None:
+        max_nodes = check_positive_int("max_nodes", max_nodes)
     if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) \
             or redundant_experts < 0:
         raise ValueError(f"redundant_experts must be an integer >= 0; got "
@@ -1314,8 +1317,9 @@ def _moe_step(p: _Parts, chip, batch, context, n_chips, n_ep, weight_dtype, kv_d
     t_a2a = 0.0
     if p.moe_layers and n_ep > 1:
         per_chip = tokens_group / n_ep * p.top_k * c.d_model     # elements per chip
-        t_a2a = p.moe_layers * (_a2a_time(chip, per_chip * sd, n_ep, t_hop)     # dispatch
-                                + _a2a_time(chip, per_chip * sa, n_ep, t_hop))  # combine
+        one = dict(hop_latency=t_hop, top_k=p.top_k, max_nodes=max_nodes)
+        t_a2a = p.moe_layers * (_a2a_time(chip, per_chip * sd, n_ep, **one)     # dispatch
+                                + _a2a_time(chip, per_chip * sa, n_ep, **one))  # combine
     if n_ep > 1 and _coll.is_switched(chip) and chip.ici_domain_chips \
             and n_ep > chip.ici_domain_chips and chip.dcn_bandwidth is None:
         raise ValueError(f"a group of {n_ep} {chip.name} GPUs spans several nodes and the "
@@ -1358,7 +1362,8 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                     hop_latency: float = _coll.ASSUMED_HOP_LATENCY,
                     attn_tp: int | None = None, redundant_experts: int = 0,
                     dispatch_dtype: str | None = None,
-                    attention_flops_per_key: float | None = None) -> MoEStep:
+                    attention_flops_per_key: float | None = None,
+                    max_nodes: int | None = None) -> MoEStep:
     """One decode step of a mixture of experts (a :class:`~scalebook.models.MoEConfig`,
     e.g. ``MIXTRAL_8X7B`` or ``DEEPSEEK_V3``) or of a dense model, ``batch`` (B) sequences
     at ``context`` (T) tokens each, ``queries`` new tokens per sequence (1 in decode).
@@ -1386,7 +1391,11 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
       DeepSeek dispatches in fp8) and the combine at ``act_dtype``: T_a2a = L_moe x (one
       dispatch + one combine all-to-all)
       (``_a2a_time``: within a node ``collective_time``, across GPU nodes NVLink then
-      the NIC);
+      the NIC, every copy on its own; with ``max_nodes``, node-limited routing as the
+      training planner's ``Routing(max_nodes=...)``: a token crosses the network once per
+      node it reaches, at most max_nodes, and NVLink forwards its copies at the same time,
+      :func:`scalebook.collectives.expert_all_to_all`). DeepSeek's decode sends each copy
+      on its own by RDMA (DeepEP's low-latency kernels), its prefill node-limited;
     * all-reduce: each layer sums the [B_g, D] outputs of its attention and of its dense
       or shared MLP over the group, T_ar = 2 L x one all-reduce (``_tp_ar_time``).
 
@@ -1419,7 +1428,7 @@ def moe_decode_step(model, chip, batch: int, context: int, n_chips: int = 1,
                      check_memory, overlap_a2a, all_reduces=all_reduces,
                      hop_latency=hop_latency, attn_tp=attn_tp,
                      redundant_experts=redundant_experts, dispatch_dtype=dispatch_dtype,
-                     attention_flops_per_key=attention_flops_per_key)
+                     attention_flops_per_key=attention_flops_per_key, max_nodes=max_nodes)
 
 
 def moe_critical_batch(model, chip, n_chips: int = 1, n_ep: int | None = None,
@@ -1522,7 +1531,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
                 overlap_a2a: bool = False, all_reduces: bool | None = None,
                 hop_latency: float = _coll.ASSUMED_HOP_LATENCY, attn_tp: int | None = None,
                 redundant_experts: int = 0, dispatch_dtype: str | None = None,
-                attention_flops_per_key: float | None = None) -> MTPGain:
+                attention_flops_per_key: float | None = None,
+                max_nodes: int | None = None) -> MTPGain:
     """Speed-up of speculation with ``gamma`` multi-token-prediction passes per step (one
     module reused gamma times; DeepSeek-V3 trains one, gamma = 1) at acceptance ``alpha``,
     for ``batch`` sequences of ``context`` tokens.
@@ -1537,8 +1547,9 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
     at small batch), so the speed-up falls below 1 at large batch.
     ``rho`` given: use it instead of the module's computed cost. With ``check_memory``
     the plain batch must fit (:func:`moe_decode_step`). ``attn_tp``,
-    ``redundant_experts``, ``dispatch_dtype`` and ``attention_flops_per_key``: as in
-    :func:`moe_decode_step` (the module's one MoE layer laid out the same way)."""
+    ``redundant_experts``, ``dispatch_dtype``, ``attention_flops_per_key`` and
+    ``max_nodes``: as in :func:`moe_decode_step` (the module's one MoE layer laid out the
+    same way)."""
     a = _alpha(alpha)
     g = check_positive_int("gamma (tokens speculated per step)", gamma)
     p = _parts(model)
@@ -1546,7 +1557,8 @@ def mtp_speedup(model, chip, batch: int, context: int, alpha: float, gamma: int 
               weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=compute_dtype,
               act_dtype=act_dtype, hbm_fraction=1.0, overlap_a2a=overlap_a2a,
               all_reduces=all_reduces, hop_latency=hop_latency, attn_tp=attn_tp,
-              dispatch_dtype=dispatch_dtype, attention_flops_per_key=attention_flops_per_key)
+              dispatch_dtype=dispatch_dtype, attention_flops_per_key=attention_flops_per_key,
+              max_nodes=max_nodes)
     plain = _moe_step(p, queries=1, kv_per_token=kv_bytes_per_token,
                       check_memory=check_memory, redundant_experts=redundant_experts, **kw)
     verify = _moe_step(p, queries=g + 1, kv_per_token=kv_bytes_per_token,
@@ -1629,7 +1641,7 @@ class MoEPrefill:
 def moe_prefill(model, chip, prompt_len: int, n_ep: int, compute_dtype: str = "fp8",
                 mfu: float = 0.5, dispatch_dtype: str = "fp8", combine_dtype: str = "bf16",
                 attention_flops_per_key: float | None = None,
-                overlap: bool = True) -> MoEPrefill:
+                overlap: bool = True, max_nodes: int | None = None) -> MoEPrefill:
     """Prefill throughput of an MoE (or dense) model per chip, compute against the expert
     all-to-alls, for prompts of ``prompt_len`` (S) tokens.
 
@@ -1639,8 +1651,10 @@ def moe_prefill(model, chip, prompt_len: int, n_ep: int, compute_dtype: str = "f
     FLOPs / (mfu x peak of ``compute_dtype``). All-to-alls: per MoE layer each token's k
     copies of [D] go out at ``dispatch_dtype`` and come back at ``combine_dtype``, timed
     as :func:`moe_decode_step` times them (``_a2a_time``: across GPU nodes the NVLink part,
-    then the NIC part), bandwidth only, per token. Every copy is sent on its own (no
-    node-limited deduplication): an upper bound on the bytes."""
+    then the NIC part), bandwidth only, per token. ``max_nodes=None``: every copy is sent
+    on its own, an upper bound on the bytes; ``max_nodes=M``: node-limited routing (the
+    training planner's ``Routing(max_nodes=M)``, DeepEP's normal kernels that DeepSeek
+    prefills with), one crossing per node a token reaches, NVLink forwarding at once."""
     p = _parts(model)
     chip = get_chip(chip)
     S = check_positive_int("prompt_len", prompt_len)
@@ -1653,6 +1667,8 @@ def moe_prefill(model, chip, prompt_len: int, n_ep: int, compute_dtype: str = "f
         raise ValueError(f"mfu is a share of the peak, at most 1; got {f}")
     if not isinstance(overlap, bool):
         raise ValueError(f"overlap must be True or False; got {overlap!r}")
+    if max_nodes is not None:
+        max_nodes = check_positive_int("max_nodes", max_nodes)
     c = p.base
     per_key = (4 * c.n_heads * c.head_dim if attention_flops_per_key is None
                else check_positive("attention_flops_per_key", attention_flops_per_key))
@@ -1661,7 +1677,10 @@ def moe_prefill(model, chip, prompt_len: int, n_ep: int, compute_dtype: str = "f
     t_a = 0.0
     if p.moe_layers and n > 1:
         one = p.top_k * c.d_model
+        kw = dict(top_k=p.top_k, max_nodes=max_nodes)
         t_a = p.moe_layers * (
-            _a2a_time(chip, one * bytes_per_element(dispatch_dtype, "dispatch_dtype"), n)
-            + _a2a_time(chip, one * bytes_per_element(combine_dtype, "combine_dtype"), n))
+            _a2a_time(chip, one * bytes_per_element(dispatch_dtype, "dispatch_dtype"), n,
+                      **kw)
+            + _a2a_time(chip, one * bytes_per_element(combine_dtype, "combine_dtype"), n,
+                        **kw))
     return MoEPrefill(p.name, n, S, flops, t_c, t_a, overlap)

@@ -53,7 +53,13 @@ is timed pass by pass (the model of How to Scale Your Model's training chapter):
   8-GPU node over NVLink, then 1/8 of the bytes between nodes on each GPU's own NIC, the
   phases one after the other (:func:`scalebook.collectives.hierarchical_time`, chapter 11).
   Exposed, its NVLink phases count under "nvlink" and its NIC phases under "dcn" (the
-  breakdown reports them apart); in the network queues it counts whole under "dcn".
+  breakdown reports them apart); in the network queues it counts whole under "dcn";
+* ep (a mixture of experts): per MoE layer a dispatch and a combine all-to-all
+  (:func:`scalebook.collectives.expert_all_to_all`); across GPU nodes its NVLink part counts
+  under "nvlink" and its InfiniBand part under "dcn", in the exposed time and in the plan's
+  collectives (one entry per network). Every copy on its own, the parts run one after the
+  other and queue whole on "dcn"; with node-limited routing (``Routing(max_nodes=...)``)
+  NVLink forwards while InfiniBand sends, each part on its own network's queue.
 
 The bound is the largest of the compute, the bubble and each network's exposed time. Memory
 per chip: parallelism.training_memory_per_chip for the N / (n_tp n_pp) parameters of one
@@ -94,13 +100,24 @@ __all__ = ["REMAT", "Degrees", "Memory", "Collective", "Routing", "TrainingPlan"
            "plan_training", "evaluate_plan", "check_plan", "search_plans",
            "mfu_from_throughput", "mfu_from_gpu_hours", "DEFAULT_HBM_FRACTION",
            "train_specs", "init_adam", "adam_train_step", "fp8_quantize",
-           "FP8_E4M3_MAX"]
+           "FP8_E4M3_MAX", "ASSUMED_MFU", "LLAMA3_405B_TABLE4"]
 
 REMAT = ("none", "selective", "full")
 AXES = ("tp", "cp", "fsdp", "pp", "dp")     # mesh axes, innermost first
 DEFAULT_HBM_FRACTION = 0.9
+#: LLaMA-3 405B's pre-training (Table 4 of the LLaMA-3 paper, arXiv:2407.21783): GPUs,
+#: TP, CP, PP, DP, sequence length, sequences per DP rank, achieved BF16 TFLOP/s per GPU
+#: and MFU. Row 3 with DP = 8 (some copies print 4, which multiplies to neither 16,384
+#: GPUs nor 16M tokens). Chapter 6 checks the planner against it.
+LLAMA3_405B_TABLE4 = (
+    dict(gpus=8192, tp=8, cp=1, pp=16, dp=64, seq=8192, per_dp=32, tflops=430, mfu=0.43),
+    dict(gpus=16384, tp=8, cp=1, pp=16, dp=128, seq=8192, per_dp=16, tflops=400,
+         mfu=0.41),
+    dict(gpus=16384, tp=8, cp=16, pp=16, dp=8, seq=131072, per_dp=16, tflops=380,
+         mfu=0.38),
+)
 # An achieved MFU to quote beside a plan's bound: well-tuned large runs report 38-43%
-# (LLaMA-3 405B, Table 4 of the LLaMA-3 paper). An assumption, not a measurement.
+# (LLAMA3_405B_TABLE4). An assumption, not a measurement.
 ASSUMED_MFU = 0.40
 _DAY = 86_400.0
 # Tokens per chip per step past which a plan is flagged: 2**20, some 500 times LLaMA-3
@@ -387,10 +404,12 @@ class TrainingPlan:
 
     def days_at(self, mfu: float = ASSUMED_MFU) -> float:
         """Days to train ``train_tokens`` if the run achieves ``mfu`` of the chips' peak
-        (the plan's own :attr:`days` are those at its bound, :attr:`mfu`)."""
+        (the plan's own :attr:`days` are those at its bound, :attr:`mfu`). A run cannot
+        beat its plan's bound: an ``mfu`` above :attr:`mfu` gives the bound's days."""
         mfu = check_positive("mfu", mfu)
         if mfu > 1:
             raise ValueError(f"mfu is a fraction of the peak (0.4 for 40%); got {mfu!r}")
+        mfu = min(mfu, self.mfu)
         flops = self.model_flops_per_step / self.global_batch_tokens * self.train_tokens
         return flops / (self.n_chips * self.peak_flops * mfu) / _DAY
 
@@ -442,8 +461,10 @@ class TrainingPlan:
             lines.append(f"  {axis:<4} {getattr(d, axis):>5}  on {net:<6}  "
                          f"{self.reasons[axis]}")
         lim = self.hbm_fraction * self.hbm_bytes
+        over = ("" if self.fits else
+                f" DOES NOT FIT, {fmt_bytes(m.total - lim)} over")
         lines.append(f"  memory per chip {fmt_bytes(m.total)} of {fmt_bytes(lim)} usable "
-                     f"({self.hbm_fraction:.0%} of {fmt_bytes(self.hbm_bytes)}):")
+                     f"({self.hbm_fraction:.0%} of {fmt_bytes(self.hbm_bytes)}):{over}")
         parts = [f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in m.as_dict().items()]
         lines.append("    " + ", ".join(parts[:4]))
         lines.append("    " + ", ".join(parts[4:]))
@@ -478,7 +499,9 @@ class TrainingPlan:
                      f"{sci(self.chip_hours)} chip-hours,")
         lines.append(f"    {cost}")
         at = self.cost_at()
-        lines.append(f"  at {ASSUMED_MFU:.0%} MFU (an assumed achieved figure): "
+        what = ("an assumed achieved figure" if ASSUMED_MFU <= self.mfu else
+                f"the bound: the assumed {ASSUMED_MFU:.0%} is above it")
+        lines.append(f"  at {min(ASSUMED_MFU, self.mfu):.0%} MFU ({what}): "
                      f"{self.days_at():.3g} days"
                      + ("" if at is None else f", ${sci(at)}"))
         lines.extend(f"  note: {n}" for n in self.notes)
@@ -719,17 +742,20 @@ def _timer(chip: Chip, deg: Degrees, nets: dict) -> _Timer:
 
 
 def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: int,
-                s: float, routing: Routing) -> float:
+                s: float, routing: Routing) -> tuple[dict, float, bool]:
     """One all-to-all of an MoE layer over the ep group: ``tokens`` per chip, each sending
-    k copies of [D] at ``s`` bytes per element. Within one fast domain, collective_time's.
-    A GPU group over several nodes sends the copies for experts in its own node over
-    NVLink, the rest on the GPU's own NIC (a rail-optimised fabric), one after the other:
-    k (ep - local) / ep copies per token, or with node-limited routing one per other node
-    of at most ``routing.max_nodes``."""
+    k copies of [D] at ``s`` bytes per element. Returns ({network: seconds}, seconds,
+    whether the parts overlap). Within one fast domain, collective_time's, one part. A GPU
+    group over several nodes: :func:`scalebook.collectives.expert_all_to_all`, its NVLink
+    part under "nvlink" and its InfiniBand part under "dcn": every copy on its own (the
+    parts one after the other), or with node-limited routing (``routing.max_nodes``) one
+    crossing per node a token reaches and NVLink forwarding, the parts at once."""
     fast = _par.network(chip, "ici")
+    nbytes = tokens * k * D * s
     if nets["ep"] != "dcn":
-        return _coll.collective_time("all-to-all", tokens * k * D * s, deg.ep,
-                                     bandwidth=fast.bandwidth, topology=fast.topology)
+        t = _coll.collective_time("all-to-all", nbytes, deg.ep, bandwidth=fast.bandwidth,
+                                  topology=fast.topology)
+        return {"nvlink" if chip.vendor == "NVIDIA" else "ici": t}, t, False
     slow = _par.network(chip, "dcn")
     node = chip.ici_domain_chips or 1
     # the group's members sit tp cp apart within fsdp, or tp cp pp apart on dp
@@ -737,18 +763,10 @@ def _all_to_all(chip: Chip, deg: Degrees, nets: dict, tokens: float, k: int, D: 
     local = 1
     if chip.vendor == "NVIDIA" and stride < node:
         local = max(1, min(deg.ep, node // stride, deg.fsdp if deg.fsdp > 1 else deg.ep))
-    nodes = max(1, deg.ep // local)
-    if routing.max_nodes is None and deg.ep % local == 0:
-        # chapter 11's hierarchical all-to-all, its two parts one after the other
-        return _coll.hierarchical_time("all-to-all", tokens * k * D * s, local, nodes,
-                                       fast_bandwidth=fast.bandwidth,
-                                       slow_bandwidth=slow.bandwidth)
-    if routing.max_nodes is None:       # a group that fills its last node only in part
-        off = k * (deg.ep - local) / deg.ep
-    else:
-        off = min(k, routing.max_nodes) * (nodes - 1) / nodes
-    return (tokens * k * D * s * (local - 1) / deg.ep / fast.bandwidth
-            + tokens * off * D * s / slow.bandwidth)
+    a = _coll.expert_all_to_all(nbytes, k, local, deg.ep, fast_bandwidth=fast.bandwidth,
+                                slow_bandwidth=slow.bandwidth, max_nodes=routing.max_nodes)
+    parts = {"nvlink": a.nvlink, "dcn": a.nic} if a.nvlink else {"dcn": a.nic}
+    return parts, a.seconds, a.overlapped
 
 
 def _linear_flops_per_token(c) -> float:
@@ -904,20 +922,34 @@ def _passes(c: TransformerConfig, chip: Chip, deg: Degrees, nets: dict, B: int, 
         tok = b_mb / (deg.cp * deg.tp)
         a2a = tok * m.top_k * c.d_model * s
         # a dispatch (at routing.dispatch_bytes) and a combine (bf16), as a mean of the two
-        t_a2a = (_all_to_all(chip, deg, nets, tok, m.top_k, c.d_model,
-                             routing.dispatch_bytes, routing)
-                 + _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model, s, routing)) / 2
+        disp = _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model,
+                           routing.dispatch_bytes, routing)
+        comb = _all_to_all(chip, deg, nets, tok, m.top_k, c.d_model, s, routing)
+        parts = merged(*({k2: v / 2 for k2, v in x[0].items()} for x in (disp, comb)))
+        t_a2a, overlapped = (disp[1] + comb[1]) / 2, disp[2]
         moe_l = L_p * m.moe_layers / c.n_layers        # MoE layers of the busiest stage
         n_f = 2 * moe_l
         n_b = 2 * moe_l + (2 * moe_l if remat == "full" else 0)
         net = netname("ep")
-        add(f_nets, net, n_f * t_a2a)
-        add(b_nets, net, n_b * t_a2a)
-        if not ep_overlap:      # the experts wait for their tokens
-            add(f_exp, net, n_f * t_a2a)
-            add(b_exp, net, n_b * t_a2a)
+        if overlapped:      # node-limited: NVLink forwards while InfiniBand sends
+            for k2, v in parts.items():
+                add(f_nets, k2, n_f * v)
+                add(b_nets, k2, n_b * v)
+        else:               # one part after the other: queued whole on the ep network
+            add(f_nets, net, n_f * t_a2a)
+            add(b_nets, net, n_b * t_a2a)
+        if not ep_overlap:      # the experts wait for their tokens: each part on its
+            # network, or (overlapped parts) the whole on the slower one
+            if overlapped:
+                add(f_exp, max(parts, key=parts.get), n_f * t_a2a)
+                add(b_exp, max(parts, key=parts.get), n_b * t_a2a)
+            else:
+                add_split(f_exp, parts, n_f * t_a2a)
+                add_split(b_exp, parts, n_b * t_a2a)
         n = round((n_f + n_b) * M)
-        colls.append(Collective("ep", "all-to-all", net, n * t_a2a, n, a2a))
+        # one entry per network: the InfiniBand part first, then the NVLink part
+        for k2 in sorted(parts, key=lambda x: x != "dcn"):
+            colls.append(Collective("ep", "all-to-all", k2, n * parts[k2], n, a2a))
     if E_p:
         # the experts' gradients: summed over the dp fsdp / ep chips holding each expert
         r = deg.dp * deg.fsdp // deg.ep

@@ -216,3 +216,37 @@ def test_moe_prefill_by_hand():
     assert pf.time_per_token == max(pf.t_compute, pf.t_a2a)
     seq = inf.moe_prefill(DEEPSEEK_V3, H800, 4096, 32, overlap=False)
     assert seq.time_per_token == pytest.approx(seq.t_compute + seq.t_a2a)
+
+
+def test_node_limited_dispatch_in_prefill_and_decode_by_hand():
+    """Node-limited routing (the training planner's Routing(max_nodes=4)) on 32 H800s in 4
+    nodes: a token crosses InfiniBand once for each node it reaches but its own, min(8, 4,
+    4) x 3/4 = 3 of its copies' bytes, while NVLink forwards the 7/8 of its 8 copies that
+    land off their expert's GPU; DeepSeek overlaps the two (section 3.2.2): the longer
+    sets the time."""
+    def one(s):                       # one all-to-all of a token's 8 copies at s bytes
+        return max(3 * 7168 * s / H800.dcn_bandwidth,
+                   8 * 7168 * s * 7 / 8 / H800.ici_bandwidth)
+    pf = inf.moe_prefill(DEEPSEEK_V3, H800, 4096, 32, mfu=0.5, max_nodes=4,
+                         attention_flops_per_key=MLA.flops_per_key(False))
+    assert pf.t_a2a == pytest.approx(58 * (one(1) + one(2)))
+    every = inf.moe_prefill(DEEPSEEK_V3, H800, 4096, 32, mfu=0.5,
+                            attention_flops_per_key=MLA.flops_per_key(False))
+    assert pf.t_a2a < 0.6 * every.t_a2a
+    # decode: the same model, for each GPU's B / n tokens (no hop latency here)
+    kw = dict(n_chips=32, weight_dtype="fp8", compute_dtype="fp8", check_memory=False,
+              hop_latency=0, dispatch_dtype="fp8")
+    d = inf.moe_decode_step(DEEPSEEK_V3, H800, 256, 4096, max_nodes=4, **kw)
+    assert d.t_a2a == pytest.approx(58 * 256 / 32 * (one(1) + one(2)))
+    # one source of truth: the training planner's all-to-all of the same group agrees
+    deg = training.Degrees(tp=1, fsdp=32, pp=1, dp=1, ep=32)
+    nets = {"ep": "dcn"}
+    for s in (1, 2):
+        parts, sec, overlapped = training._all_to_all(
+            H800, deg, nets, 256 / 32, 8, 7168, s, training.Routing(max_nodes=4))
+        assert overlapped and sec == pytest.approx(256 / 32 * one(s))
+        assert parts["dcn"] == pytest.approx(256 / 32 * 3 * 7168 * s / H800.dcn_bandwidth)
+    with pytest.raises(ValueError, match="max_nodes"):
+        inf.moe_prefill(DEEPSEEK_V3, H800, 4096, 32, max_nodes=0)
+    with pytest.raises(ValueError, match="max_nodes"):
+        inf.moe_decode_step(DEEPSEEK_V3, H800, 256, 4096, max_nodes=0, **kw)

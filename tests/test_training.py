@@ -478,11 +478,18 @@ def test_expert_parallel_all_to_all_and_memory_by_hand():
     # one all-to-all: each GPU's 4096 tokens of a microbatch, 8 copies of [D] in bf16;
     # 7 of 64 peers in its node (NVLink, 200 GB/s), 56 on other nodes (InfiniBand 50 GB/s)
     a2a = 4096 * 8 * 7168 * 2
-    t = a2a * 7 / 64 / 2e11 + a2a * 56 / 64 / 5e10
-    by = {(c.axis, c.kind): c for c in p.collectives}
-    assert by["ep", "all-to-all"].nbytes == a2a
+    t_nvl, t_ib = a2a * 7 / 64 / 2e11, a2a * 56 / 64 / 5e10
+    by = {(c.axis, c.kind, c.network): c for c in p.collectives}
+    assert by["ep", "all-to-all", "dcn"].nbytes == a2a
     moe_layers = 4 * 58 / 61                     # of the busiest stage's 4 layers
-    assert p.forward.exposed["dcn"] == pytest.approx(2 * moe_layers * t)
+    # exposed, each part under its own network: InfiniBand's under "dcn", NVLink's not
+    assert p.forward.exposed["dcn"] == pytest.approx(2 * moe_layers * t_ib)
+    assert p.forward.exposed["nvlink"] == pytest.approx(2 * moe_layers * t_nvl)
+    # and two entries in the plan's collectives, one per network, the same count
+    n = round(120 * 2 * moe_layers * 2)          # forward and backward, 2 per MoE layer
+    assert by["ep", "all-to-all", "dcn"].seconds == pytest.approx(n * t_ib)
+    assert by["ep", "all-to-all", "nvlink"].seconds == pytest.approx(n * t_nvl)
+    assert by["ep", "all-to-all", "nvlink"].count == n
     # experts: split over EP 64 and the 16 stages, 4 bytes resident, the fp32 state also
     # over the 2 GPUs that hold each expert
     e = ds.expert_params() / (16 * 64)
@@ -501,9 +508,25 @@ def test_expert_parallel_all_to_all_and_memory_by_hand():
     r = tr.evaluate_plan(ds, h800, ep=64, routing=tr.Routing(max_nodes=4, dispatch_bytes=1),
                          **kw)
 
-    def one(s):
-        return 4096 * 8 * 7168 * s * 7 / 64 / 2e11 + 4096 * 4 * (7 / 8) * 7168 * s / 5e10
-    assert r.forward.exposed["dcn"] == pytest.approx(2 * moe_layers * (one(1) + one(2)) / 2)
+    # one InfiniBand crossing for each of the 4 nodes but the token's own (7/8 of them),
+    # then NVLink forwards every copy that did not land on its expert's GPU (7/8 of the
+    # bytes); DeepSeek overlaps the two, so the slower one (InfiniBand) sets the time
+    def ib(s):
+        return 4096 * 4 * (7 / 8) * 7168 * s / 5e10
+
+    def nv(s):
+        return 4096 * 8 * 7168 * s * (7 / 8) / 2e11
+    mean_ib, mean_nv = (ib(1) + ib(2)) / 2, (nv(1) + nv(2)) / 2
+    assert mean_nv < mean_ib
+    assert r.forward.exposed == pytest.approx({"dcn": 2 * moe_layers * mean_ib})
+    # overlapped (DualPipe): each part queues on its own network, beside the compute (on
+    # InfiniBand with the stage's send of its [4096, D] output to the next stage)
+    ro = tr.evaluate_plan(ds, h800, ep=64, ep_overlap=True,
+                          routing=tr.Routing(max_nodes=4, dispatch_bytes=1), **kw)
+    send = 4096 * 7168 * 2 / 5e10
+    assert ro.forward.networks["dcn"] == pytest.approx(2 * moe_layers * mean_ib + send)
+    assert ro.forward.networks["nvlink"] == pytest.approx(2 * moe_layers * mean_nv)
+    assert ro.bound == "compute"
     with pytest.raises(TypeError, match="Routing"):
         tr.evaluate_plan(ds, h800, ep=64, routing=4, **kw)
     with pytest.raises(ValueError, match="max_nodes"):
@@ -520,3 +543,40 @@ def test_expert_parallelism_is_refused_where_it_cannot_be():
                          seq_len=4096)
     assert tr.mfu_from_gpu_hours(ds, 14.8e12, 2.664e6, h100) == pytest.approx(
         6 * ds.active_params() * 14.8e12 / (2.664e6 * 3600 * 9.89e14))
+
+
+def test_the_assumed_mfu_is_what_llama3_reports_and_never_beats_the_bound():
+    """ASSUMED_MFU lies within LLaMA-3 405B's reported MFUs (Table 4), each of which is its
+    TFLOP/s over the H100's dense bf16 peak; a forecast at it is never faster than the
+    plan's own bound, and a plan over memory says so when printed."""
+    h100 = get_chip("gpu-h100")
+    reported = [r["mfu"] for r in tr.LLAMA3_405B_TABLE4]
+    assert min(reported) <= tr.ASSUMED_MFU <= max(reported)
+    for r in tr.LLAMA3_405B_TABLE4:
+        assert r["tp"] * r["cp"] * r["pp"] * r["dp"] == r["gpus"]
+        assert r["tflops"] * 1e12 / h100.bf16_flops == pytest.approx(r["mfu"], abs=0.01)
+    # a plan bounded below 40%: the LLaMA-3 paper's 16K-GPU row with plain 1F1B
+    r = tr.LLAMA3_405B_TABLE4[1]
+    p = tr.evaluate_plan("llama3-405b", h100, tp=8, pp=16, fsdp=128,
+                         global_batch_tokens=128 * 16 * 8192, seq_len=8192,
+                         microbatches=16, keep_weights=True, train_tokens=15.6e12)
+    assert p.mfu < tr.ASSUMED_MFU
+    assert p.days_at() == pytest.approx(p.days)
+    assert "the assumed 40% is above it" in str(p)
+    assert not p.fits and "DOES NOT FIT" in str(p)
+    q = tr.evaluate_plan("llama3-8b", "tpu-v5p", tp=1, fsdp=256,
+                         global_batch_tokens=512 * 8192, seq_len=8192)
+    assert q.fits and "DOES NOT FIT" not in str(q) and q.days_at() > q.days
+
+
+def test_chapter_6_labels_every_mfu_column_a_bound():
+    """Chapter 6's tables print the planner's MFU, an upper bound: no column may be headed
+    a bare "MFU", which a reader takes for a prediction."""
+    import re
+    from pathlib import Path
+    text = Path(__file__).parents[1].joinpath("notebooks", "06_training.md").read_text()
+    heads = re.findall(r"Table\(\[(.*?)\]", text, flags=re.S)
+    assert heads
+    cols = [c.strip().strip("\"'") for h in heads for c in h.split(",")]
+    assert "MFU" not in cols
+    assert any(c == "MFU bound" for c in cols)
