@@ -107,3 +107,31 @@ def test_the_set_up_cell_folds_away_whole_on_the_site():
         [t for i, t in enumerate(before) if i != setup]
     plain = json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["hide-input"]}}]})
     assert site_fixes.fold_setup_cell(plain) == plain
+
+
+def test_nodes_made_in_a_nested_document_are_rehomed_before_pickling():
+    """MyST's eval-rst blocks (the API pages' autodoc) make nodes whose document is a nested
+    one carrying the build environment in its settings: pickled with the page, that copied
+    the whole environment into each API page's doctree (6 MB each). After doctree-read every
+    node belongs to the page's own document, and the pickle holds none of the nested one."""
+    import pickle
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    settings = get_default_settings(Parser)
+    page = new_document("page.md", settings)
+    nested_settings = get_default_settings(Parser)
+    nested_settings.env = {"every page's data": "x" * 1_000_000}   # the environment
+    nested = new_document("page.md", nested_settings)
+    para = nodes.paragraph("", "")
+    para += nodes.Text("an API entry")
+    page += para
+    para.document = nested            # as the eval-rst block leaves it
+    before = len(pickle.dumps(page))
+    site_fixes._one_document(None, page)
+    after = len(pickle.dumps(page))
+    assert before > 1_000_000 > 10_000 > after
+    assert all(n.document is page for n in page.findall())

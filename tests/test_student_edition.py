@@ -172,7 +172,7 @@ def test_the_pdf_tool_writes_under_the_root_it_prints(tmp_path, monkeypatch):
     before = [(f, f.stat().st_mtime_ns) for f in se.full_pdfs(ROOT)]
     assert tool.main(["--root", str(book)]) == 0
     assert seen["root"] == book.resolve()
-    assert seen["out"] == book.resolve() / "_build" / "pdf"
+    assert seen["out"] == book.resolve()           # its _build/ beside BOOK's site
     assert (book / "_build" / "pdf" / se.PDF_NAME).is_file()
     assert (book / "_build" / "html" / se.PDF_NAME).is_file()
     assert [(f, f.stat().st_mtime_ns) for f in se.full_pdfs(ROOT)] == before

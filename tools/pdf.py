@@ -3,7 +3,9 @@
     python3 tasks.py pdf [--out _build/pdf/scalebook.pdf] [--root BOOK]
 
 1. Sphinx's ``singlehtml`` builder writes the book (the same table of contents, the same
-   extensions) as one page, ``_build/singlehtml/index.html``.
+   extensions) as one page, ``_build/singlehtml/index.html``, beside the website's
+   ``_build/html``: the two builds share Sphinx's parsed pages (``_build/.doctrees``), so
+   after ``tasks.py build``'s website the single page only has to be written, not read.
 2. Debian's Chromium, driven by Playwright, opens it from a server on 127.0.0.1, waits for
    the bundled MathJax to typeset every formula (no network is used), fits every code block,
    output, table and display equation wider than the column (shrinks it, and wraps a code
@@ -528,7 +530,8 @@ def main(argv=None) -> int:
                         help="the book's sources to print (this checkout)")
     parser.add_argument("--out", help="the PDF (ROOT/_build/pdf/scalebook.pdf)")
     parser.add_argument("--build-dir",
-                        help="where the single-page site is built (ROOT/_build/pdf)")
+                        help="the folder whose _build/ gets the single-page site (ROOT, "
+                             "beside the website, whose parsed pages it reuses)")
     parser.add_argument("--no-copy", action="store_true",
                         help="do not copy the PDF into _build/html")
     parser.add_argument("--report", help="write what the print found (outline, contents' "
@@ -538,7 +541,7 @@ def main(argv=None) -> int:
                              "twice the size (Chromium writes its structure uncompressed)")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
-    build_dir = Path(args.build_dir or root / "_build" / "pdf")
+    build_dir = Path(args.build_dir or root)
     browser = chromium()
     if browser is None:
         print("error: the PDF is printed by Chromium, which is not installed "

@@ -404,8 +404,20 @@ def _builder_inited(app):
         app.set_html_assets_policy("always")
 
 
+def _one_document(app, doctree) -> None:
+    """Point every node of a page at the page's own document. The nodes that MyST's
+    ``eval-rst`` blocks make (the API pages' autodoc) belong to a nested document whose
+    settings hold the build environment, so each API page's pickled doctree carried a copy of
+    the whole environment (6 MB a page, unpickled again at every figure numbering and write:
+    about a minute of each build). Measured and tested in tests/test_site_fixes.py."""
+    for node in doctree.findall():
+        if getattr(node, "_document", None) is not None and node._document is not doctree:
+            node._document = doctree
+
+
 def setup(app):
     app.connect("config-inited", _config_inited)
+    app.connect("doctree-read", _one_document)
     app.connect("builder-inited", _builder_inited)
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _page_context)
