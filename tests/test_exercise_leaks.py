@@ -58,6 +58,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("6.6", "190.1", "llama3-8b"):
         "8B's training days at 40% MFU on 256 v5p chips, read as thousandths; the answer "
         "is a bubble fraction, 0.19",
+    ("6.1", "4.67", "(DualPipe)"):
+        "DeepSeek-V3's DualPipe fill and drain in section 6.3, 4.67 pass pairs, read as "
+        "thousands; the answer is a count of chips, 4,672",
     ("7.9", "1.98", "pages"):
         "the paged-admission simulation's median time to first token (1.98 s), not a "
         "speculative-decoding speed-up",

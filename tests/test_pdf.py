@@ -73,10 +73,10 @@ def test_nothing_printed_is_cut_at_the_margin(printed):
     assert report["wide"] == [], report["wide"][:10]
     assert report["empty"] == [], report["empty"][:10]
     assert report["shrunk"] > 0 and report["pre"] > 500
-    text = " ".join(p.extract_text() for p in PdfReader(pdf).pages[150:175])
+    text = " ".join(p.extract_text() for p in PdfReader(pdf).pages)
     text = re.sub(r"\s+", " ", text)
     # chapter 6's plans table: its last two columns were past the margin before
-    assert re.search(r"model chips sharding remat memory step bound MFU days at 40%", text)
+    assert re.search(r"model chips sharding remat memory bound MFU bound days at 40%", text)
 
 
 @pytest.mark.slow
