@@ -142,29 +142,43 @@ WAIT_FOR_MATH = """async () => {
 }"""
 
 
-def open_page(browser, base, page, width, problems, external):
-    ctx = browser.new_context(viewport={"width": width, "height": 900})
-    local = base.rstrip("/")
-
+def _watch(ctx, pg, local, where):
+    """Route CTX's requests (only the local server answers; anything else is refused and
+    noted) and collect PG's problems into WHERE["problems"] / WHERE["external"], which the
+    caller points at the page being loaded."""
     def route(r):
         if r.request.url.startswith(local):
             r.continue_()
         else:   # no network: anything not on the local server is refused
-            external.add(r.request.url)
+            where["external"].add(r.request.url)
             r.abort()
 
+    def note(text):
+        where["problems"].append(f"{where['page']}: {text}")
+
     ctx.route("**/*", route)
-    pg = ctx.new_page()
-    pg.on("pageerror", lambda e: problems.append(f"{page}: JavaScript error: {e}"))
+    pg.on("pageerror", lambda e: note(f"JavaScript error: {e}"))
     pg.on("console", lambda m: m.type == "error" and not _blocked_message(m.text)
-          and problems.append(f"{page}: console error: {m.text}"))
-    pg.on("requestfailed", lambda r: r.url.startswith(local) and problems.append(
-        f"{page}: request failed: {r.url} ({r.failure})"))
-    pg.on("response", lambda r: r.url.startswith(local) and r.status >= 400 and problems.append(
-        f"{page}: HTTP {r.status} for {r.url}"))
-    pg.goto(base + page, wait_until="load")
+          and note(f"console error: {m.text}"))
+    pg.on("requestfailed", lambda r: r.url.startswith(local) and note(
+        f"request failed: {r.url} ({r.failure})"))
+    pg.on("response", lambda r: r.url.startswith(local) and r.status >= 400 and note(
+        f"HTTP {r.status} for {r.url}"))
+
+
+def _load(pg, url):
+    pg.goto(url, wait_until="load")
     pg.evaluate(WAIT_FOR_MATH)
     pg.wait_for_timeout(200)
+
+
+def open_page(browser, base, page, width, problems, external):
+    """PAGE in a context of its own (nothing cached from another page)."""
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    pg = ctx.new_page()
+    _watch(ctx, pg, base.rstrip("/"), {"page": page, "problems": problems,
+                                       "external": external})
+    _load(pg, base + page)
     return ctx, pg
 
 
@@ -188,15 +202,24 @@ def measured(browser, server):
     page twice. test_phone_width_and_screenshots loads pages at phone width from the start."""
     base, html = server
     out, phone = {}, {}
+    # One browser tab for all the pages, as a reader clicking through the book has: the
+    # theme's scripts, styles and fonts come from the cache after the first page (a fresh
+    # context per page fetched and parsed them again: about half of this test's time).
+    ctx = browser.new_context(viewport={"width": WIDTHS["desktop"], "height": 900})
+    pg = ctx.new_page()
+    where = {}
+    _watch(ctx, pg, base.rstrip("/"), where)
     for page in pages(html):
         problems, external = [], set()
-        ctx, pg = open_page(browser, base, page, WIDTHS["desktop"], problems, external)
+        where.update(page=page, problems=problems, external=external)
+        pg.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
+        _load(pg, base + page)
         out[page] = (problems, dict(pg.evaluate(MEASURE), external=sorted(external)))
         if phone_page(page):
             pg.set_viewport_size({"width": WIDTHS["phone"], "height": 900})
             pg.wait_for_timeout(100)
             phone[page] = pg.evaluate(MEASURE)
-        ctx.close()
+    ctx.close()
     return out, phone
 
 
