@@ -124,6 +124,7 @@ def test_assignment_errors(tmp_path):
     assert assign.main(["1.1", "--out", str(tmp_path / "o"), "--student", "a"]) == 2
 
 
+@pytest.mark.slow   # grades notebooks in sandboxes
 def test_mixed_case_and_non_ascii_ids_round_trip(tmp_path):
     """assign -> students answer their own variant -> grade: every id, whatever its case or
     script, earns full marks with its own variant and none with another's. (Deriving the
@@ -170,6 +171,7 @@ def _secret_file(tmp_path):
     return f
 
 
+@pytest.mark.slow   # grades notebooks in sandboxes
 def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     """A misnamed copy is graded as the roster student it was made for; an off-roster file
     is flagged; gradebook.csv has a row per student; --only regrades one student and keeps
@@ -225,6 +227,7 @@ def test_roster_check_gradebook_and_regrading_one_student(tmp_path, capsys):
     assert grade.main(args + ["--only", "zed"]) == 2
 
 
+@pytest.mark.slow   # grades notebooks in sandboxes
 def test_the_copy_report(tmp_path):
     """copies.md lists an answer that is another student's variant's, and a wrong answer
     several students share; the honest ones are not named."""

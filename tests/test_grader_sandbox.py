@@ -15,6 +15,9 @@ import pytest
 
 from scalebook import grade
 
+# Whole notebooks graded in sandboxes: the slow tier, with the grader's class runs.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "notebooks" / "01_rooflines.ipynb"
 SOLUTIONS = ROOT / "solutions" / "01_rooflines.ipynb"
