@@ -209,7 +209,8 @@ QUICK = ["-m", "not slow"]
 
 def quick(args: list[str]) -> int:
     """The quick tier: ``test -m "not slow"`` (every unit test, notebook and exercise check;
-    not the grader's sandboxed runs of whole notebooks, not the site, the PDF, the browser, the student edition or the Colab path)."""
+    not the grader's sandboxed runs of whole notebooks, the site, the PDF, the browser, the
+    student edition or the Colab path)."""
     return test(QUICK + args)
 
 
