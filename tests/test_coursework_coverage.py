@@ -107,6 +107,9 @@ def test_drawn_inputs_are_valid_repeatable_and_new(ex_id):
     assert list(map(key, drawn)) == list(map(key, ex.drawn_cases(b"seed", n=12)))
     assert list(map(key, drawn)) != list(map(key, ex.drawn_cases(b"other", n=12)))
     assert sum(1 for c in drawn if key(c) not in published) >= 6, ex_id
+    # the grader's three drawn inputs are never a published case, for any student
+    for student in range(40):
+        assert not published & {key(c) for c in ex.drawn_cases(student.to_bytes(2, "big"))}
     answers = set()
     for args in drawn:
         want = ex.reference(*args)

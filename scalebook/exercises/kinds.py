@@ -448,6 +448,11 @@ class ChoiceExercise(Exercise):
         return self._result(WRONG, "not yet: " + self.hints.get(a, "think again about which time is largest."))
 
 
+def _case_text(case) -> str:
+    """A test input's text, to compare inputs (arrays compare element-wise)."""
+    return repr(tuple(case))
+
+
 @dataclass
 class CodeExercise(Exercise):
     """An answer that is a function, run on several inputs and compared with a reference.
@@ -478,13 +483,23 @@ class CodeExercise(Exercise):
 
     def drawn_cases(self, seed=None, n: int | None = None) -> list:
         """``n`` (default ``drawn``) argument tuples from ``generate``, from ``seed`` (bytes
-        or int; None: a fresh random seed). Empty if the exercise has no generator."""
+        or int; None: a fresh random seed). Empty if the exercise has no generator. A draw
+        equal to a published case is drawn again (up to 100 times): a table of the
+        published answers must earn nothing on the drawn inputs, not a lucky share."""
         if self.generate is None:
             return []
         if seed is None:
             seed = os.urandom(16)
         rng = random.Random(int.from_bytes(seed, "big") if isinstance(seed, bytes) else seed)
-        return [tuple(self.generate(rng)) for _ in range(self.drawn if n is None else n)]
+        published = {_case_text(c) for c in self.cases}
+        out = []
+        for _ in range(self.drawn if n is None else n):
+            for _ in range(100):
+                case = tuple(self.generate(rng))
+                if _case_text(case) not in published:
+                    break
+            out.append(case)
+        return out
 
     def with_cases(self, cases) -> "CodeExercise":
         """This exercise checked on exactly ``cases`` (the grader's: published and drawn)."""
